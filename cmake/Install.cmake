@@ -1,0 +1,58 @@
+# Install rules: the two libraries, the public headers, a CMake package (sdallocConfig.cmake,
+# found with find_package(sdalloc)) and a pkg-config file (sdalloc.pc), so C and C++ users
+# can consume an installed sdalloc with either tool. tests/install/check-install.sh proves
+# all three work against a fresh prefix.
+include(CMakePackageConfigHelpers)
+
+set(SDALLOC_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/sdalloc
+    CACHE STRING "Where sdallocConfig.cmake is installed, relative to the prefix")
+
+# The libraries are assembled from $<TARGET_OBJECTS:sdalloc_objects> and do not link the
+# object library, so it is not part of their interface and need not be exported.
+install(TARGETS sdalloc sdalloc_static
+  EXPORT sdallocTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime
+          NAMELINK_COMPONENT development
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/sdalloc
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development
+  FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
+install(FILES ${PROJECT_BINARY_DIR}/include/sdalloc/version.hpp
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sdalloc COMPONENT development)
+
+install(EXPORT sdallocTargets
+  NAMESPACE sdalloc::
+  FILE sdallocTargets.cmake
+  DESTINATION ${SDALLOC_INSTALL_CMAKEDIR} COMPONENT development)
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/sdallocConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/sdallocConfig.cmake
+  INSTALL_DESTINATION ${SDALLOC_INSTALL_CMAKEDIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/sdallocConfigVersion.cmake
+  VERSION ${PROJECT_VERSION}
+  COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/sdallocConfig.cmake
+              ${PROJECT_BINARY_DIR}/sdallocConfigVersion.cmake
+  DESTINATION ${SDALLOC_INSTALL_CMAKEDIR} COMPONENT development)
+
+# pkg-config: the prefix is found from the .pc file's own place (${pcfiledir}), so the file
+# stays right when installed with `cmake --install --prefix DIR` or when the tree is moved.
+# Absolute install dirs (set by the user) are written as they are.
+set(SDALLOC_PC_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}" OR IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
+  set(SDALLOC_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+  set(SDALLOC_PC_LIBDIR "${CMAKE_INSTALL_FULL_LIBDIR}")
+  set(SDALLOC_PC_INCLUDEDIR "${CMAKE_INSTALL_FULL_INCLUDEDIR}")
+else()
+  file(RELATIVE_PATH _sdalloc_pc_up /_root/${SDALLOC_PC_DIR} /_root)
+  string(REGEX REPLACE "/$" "" _sdalloc_pc_up "${_sdalloc_pc_up}")
+  set(SDALLOC_PC_PREFIX "\${pcfiledir}/${_sdalloc_pc_up}")
+  set(SDALLOC_PC_LIBDIR "\${prefix}/${CMAKE_INSTALL_LIBDIR}")
+  set(SDALLOC_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/sdalloc.pc.in ${PROJECT_BINARY_DIR}/sdalloc.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/sdalloc.pc
+  DESTINATION ${SDALLOC_PC_DIR} COMPONENT development)

@@ -1,0 +1,12 @@
+# Applies SDALLOC_SANITIZE to every target of this project: "address;undefined" or "thread".
+if(SDALLOC_SANITIZE)
+  list(JOIN SDALLOC_SANITIZE "," _sdalloc_sanitizers)
+  if(_sdalloc_sanitizers MATCHES "thread" AND _sdalloc_sanitizers MATCHES "address")
+    message(FATAL_ERROR "SDALLOC_SANITIZE: thread cannot be combined with address")
+  endif()
+  add_compile_options(-fsanitize=${_sdalloc_sanitizers} -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=${_sdalloc_sanitizers})
+  if(_sdalloc_sanitizers MATCHES "undefined")
+    add_compile_options(-fno-sanitize-recover=undefined)
+  endif()
+endif()

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# scripts/test-all.sh - the project's whole test run, the one command CI and the README use.
+#
+# Stages, in order, stopping at the first failure with the stage's name:
+#   release   configure (CMakePresets.json "release"), build, ctest
+#   tidy      clang-tidy over src/*.cpp with the release build's compile_commands.json
+#             (bugprone findings are errors; skip with SDALLOC_SKIP_TIDY=1)
+#   asan      the same with AddressSanitizer + UndefinedBehaviorSanitizer (leaks checked)
+#   tsan      the same with ThreadSanitizer
+#   install   tests/install/check-install.sh: install the release build to a fresh prefix and
+#             build and run a CMake consumer and a C consumer (pkg-config) against it
+# Then prints one summary line with each stage's time.
+#
+# Environment:
+#   SDALLOC_BUILD_ROOT  where the build trees go (default: <repo>/build, as in the presets)
+#   SDALLOC_PRESETS     which sanitizer/release presets to run (default: "release asan tsan")
+#   SDALLOC_SKIP_TIDY=1 skip the clang-tidy stage
+#   SDALLOC_JOBS        parallel compile jobs (default: number of CPUs)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_root=${SDALLOC_BUILD_ROOT:-$root/build}
+presets=${SDALLOC_PRESETS:-release asan tsan}
+jobs=${SDALLOC_JOBS:-$(nproc)}
+ctest_jobs=2
+cd "$root"
+
+# The sanitizers' settings: stop at the first report, print where it came from.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+
+# --- bookkeeping: which stage runs, how long each took ------------------------------------
+stage="setup"
+stage_start=$SECONDS
+summary=()
+on_exit() {
+  local rc=$?
+  if [[ $rc -ne 0 ]]; then
+    echo >&2
+    echo "test-all: FAILED in stage '$stage' (exit code $rc, after $((SECONDS - stage_start)) s;" \
+      "total $SECONDS s)" >&2
+    [[ ${#summary[@]} -gt 0 ]] && echo "test-all: stages passed before it: ${summary[*]}" >&2
+  fi
+}
+trap on_exit EXIT
+
+begin() {
+  stage=$1
+  stage_start=$SECONDS
+  echo
+  echo "==== test-all: stage '$stage' ===="
+}
+end() {
+  summary+=("$stage=$((SECONDS - stage_start))s")
+  echo "==== test-all: stage '$stage' passed in $((SECONDS - stage_start)) s ===="
+}
+
+# ThreadSanitizer maps its shadow memory at fixed addresses; on kernels with high mmap
+# randomisation (vm.mmap_rnd_bits > 28) it dies with "unexpected memory mapping". Running
+# with ASLR off avoids that; the personality is inherited by every test ctest starts.
+no_aslr=()
+if setarch "$(uname -m)" -R true 2>/dev/null; then
+  no_aslr=(setarch "$(uname -m)" -R)
+fi
+
+run_preset() {
+  local preset=$1 dir=$build_root/$1
+  local wrapper=()
+  [[ $preset == tsan ]] && wrapper=("${no_aslr[@]}")
+  cmake --preset "$preset" -B "$dir"
+  cmake --build "$dir" -j "$jobs"
+  (cd "$dir" && "${wrapper[@]}" ctest --output-on-failure -j "$ctest_jobs" --timeout 600 \
+    --no-tests=error)
+}
+
+run_tidy() {
+  local dir=$build_root/release
+  if ! command -v clang-tidy >/dev/null; then
+    echo "test-all: clang-tidy not found (install clang-tidy or set SDALLOC_SKIP_TIDY=1)" >&2
+    return 1
+  fi
+  [[ -f $dir/compile_commands.json ]] || {
+    echo "test-all: $dir/compile_commands.json missing: the release stage must run first" >&2
+    return 1
+  }
+  # The checks come from .clang-tidy; one file per process, two at a time.
+  local -a sources
+  mapfile -t sources < <(find "$root/src" -maxdepth 1 -name '*.cpp' | sort)
+  echo "clang-tidy: ${#sources[@]} files"
+  printf '%s\0' "${sources[@]}" |
+    xargs -0 -n 1 -P "$ctest_jobs" clang-tidy -p "$dir" --quiet
+}
+
+# --- the stages ---------------------------------------------------------------------------
+echo "test-all: presets '$presets', build root $build_root, $jobs compile jobs"
+for preset in $presets; do
+  begin "$preset"
+  run_preset "$preset"
+  end
+  # Lint right after the release build: it needs that build's compile_commands.json, and a
+  # finding should stop the run before the long sanitizer builds.
+  if [[ $preset == release && ${SDALLOC_SKIP_TIDY:-0} != 1 ]]; then
+    begin tidy
+    run_tidy
+    end
+  fi
+done
+
+if [[ " $presets " == *" release "* ]]; then
+  begin install
+  prefix=$build_root/install-check
+  rm -rf "$prefix"
+  "$root/tests/install/check-install.sh" "$prefix" "$build_root/release"
+  end
+fi
+
+stage="summary"
+echo
+echo "test-all: ALL PASSED in $SECONDS s (${summary[*]})"

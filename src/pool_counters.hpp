@@ -1,0 +1,45 @@
+// pool_counters.hpp - pool-wide figures shared by all shards (internal).
+//
+// A Gauge is a current value with its high-water mark. Shards update gauges while holding
+// their own lock, so with every shard locked (check_invariants) the figures agree exactly
+// with the blocks. The peak is raised with compare-exchange only when the current value
+// passes it, so in a steady state an update is one atomic add and one load.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace sdalloc::detail {
+
+class Gauge {
+ public:
+  void add(std::size_t n) {
+    const std::size_t now = current_.fetch_add(n, std::memory_order_relaxed) + n;
+    std::size_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+  }
+  void sub(std::size_t n) { current_.fetch_sub(n, std::memory_order_relaxed); }
+  std::size_t current() const { return current_.load(std::memory_order_relaxed); }
+  std::size_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  void reset_peak() { peak_.store(current(), std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::size_t> current_{0};
+  std::atomic<std::size_t> peak_{0};
+};
+
+struct PoolCounters {
+  Gauge live_bytes;        // requested bytes of live allocations
+  Gauge allocated_bytes;   // block bytes of live allocations
+  Gauge live_allocations;
+  Gauge reserved_bytes;    // segment bytes held from the resource
+  Gauge segments;
+  std::atomic<std::uint64_t> segment_allocations{0};
+  std::atomic<std::uint64_t> segment_releases{0};
+  std::atomic<std::uint64_t> oom_retries{0};
+  std::atomic<std::uint64_t> ooms{0};
+};
+
+}  // namespace sdalloc::detail

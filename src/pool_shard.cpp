@@ -1,0 +1,243 @@
+// pool_shard.cpp - one stream's blocks: best fit, carving, merging, and its segments.
+//
+// Every function here runs under the shard's mutex (see pool_shard.hpp); none of them
+// makes a system call. The only heap allocations are the record recycler's and the
+// pointer table's growth, which happen when the shard reaches a new high of blocks.
+
+#include "pool_shard.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "sdalloc/caching_pool.hpp"
+#include "sdalloc/errors.hpp"
+
+namespace sdalloc::detail {
+
+namespace {
+
+std::uintptr_t align_up(std::uintptr_t value, std::size_t alignment) {
+  return (value + alignment - 1) & ~(static_cast<std::uintptr_t>(alignment) - 1);
+}
+
+[[noreturn]] void broken(const std::string& what) {
+  throw Error("CachingPool invariant broken: " + what);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// allocation
+
+Block* PoolShard::find(const Fit& fit) const {
+  Block* best = normal.best_fit(fit.needed);
+  if (fit.huge) {
+    // A huge request may also reuse a huge block, but only one close to its size: a
+    // bigger one stays available for the request it was made for.
+    Block* candidate = huge.best_fit(fit.needed);
+    if (candidate != nullptr && candidate->size <= fit.needed + fit.huge_slack &&
+        (best == nullptr || candidate->size < best->size)) {
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+Block* PoolShard::carve(Block* block, const Fit& fit, std::size_t requested) {
+  // Make room first so nothing below can fail halfway: at most two new records (front
+  // padding, tail) and one live-table entry.
+  records.reserve(2);
+  live.reserve_one();
+
+  index_of(block).erase(block);
+  const std::uintptr_t start = align_up(block->addr, fit.alignment);
+  if (start != block->addr) {
+    Block* aligned = split(block, start - block->addr);
+    index_of(block).insert(block);  // the padding stays free
+    block = aligned;
+  }
+  const bool split_tail = !block->segment->huge && block->size - fit.rounded >= CachingPool::kRounding;
+  if (split_tail) {
+    Block* tail = split(block, fit.rounded);
+    index_of(tail).insert(tail);
+  }
+  block->free = false;
+  block->requested = requested;
+  block->segment->used = true;
+  live.insert(block->addr, block);
+  return block;
+}
+
+Block* PoolShard::split(Block* block, std::size_t first_size) {
+  Block* rest = records.take();
+  rest->addr = block->addr + first_size;
+  rest->size = block->size - first_size;
+  rest->segment = block->segment;
+  rest->prev = block;
+  rest->next = block->next;
+  rest->free = true;
+  if (block->next != nullptr) block->next->prev = rest;
+  block->next = rest;
+  block->size = first_size;
+  return rest;
+}
+
+// ---------------------------------------------------------------------------------------
+// free
+
+void PoolShard::make_free(Block* block) {
+  block->free = true;
+  block->requested = 0;
+  if (block->next != nullptr && block->next->indexed) {
+    index_of(block->next).erase(block->next);
+    absorb_next(block);
+  }
+  if (block->prev != nullptr && block->prev->indexed) {
+    Block* prev = block->prev;
+    index_of(prev).erase(prev);
+    absorb_next(prev);
+    block = prev;
+  }
+  index_of(block).insert(block);
+}
+
+void PoolShard::absorb_next(Block* block) {
+  Block* next = block->next;
+  block->size += next->size;
+  block->next = next->next;
+  if (next->next != nullptr) next->next->prev = block;
+  records.give_back(next);
+}
+
+bool PoolShard::collect_pending(StreamEvents& events, bool wait) {
+  bool any = false;
+  auto done = [&](PendingFree& entry) {
+    for (StreamEvents::Event e : entry.events) {
+      if (wait) {
+        events.synchronize(e);
+      } else if (!events.query(e)) {
+        return false;
+      }
+    }
+    for (StreamEvents::Event e : entry.events) events.release(e);
+    make_free(entry.block);
+    any = true;
+    return true;
+  };
+  pending.erase(std::remove_if(pending.begin(), pending.end(), done), pending.end());
+  return any;
+}
+
+// ---------------------------------------------------------------------------------------
+// segments
+
+Block* PoolShard::add_segment(Segment* segment) {
+  records.reserve(1);
+  Block* block = records.take();
+  block->addr = segment->base;
+  block->size = segment->size;
+  block->segment = segment;
+  segment->first = block;
+  return adopt(segment, block);
+}
+
+Block* PoolShard::adopt(Segment* segment, Block* block) {
+  segment->prev = nullptr;
+  segment->next = segments;
+  if (segments != nullptr) segments->prev = segment;
+  segments = segment;
+  index_of(block).insert(block);
+  return block;
+}
+
+void PoolShard::remove_segment(Segment* segment, bool keep_block) {
+  Block* block = segment->first;
+  index_of(block).erase(block);
+  if (!keep_block) records.give_back(block);
+  if (segment->prev != nullptr) segment->prev->next = segment->next;
+  if (segment->next != nullptr) segment->next->prev = segment->prev;
+  if (segments == segment) segments = segment->next;
+  segment->prev = segment->next = nullptr;
+}
+
+Segment* PoolShard::find_free_segment(const Fit& fit) const {
+  // Walk the free blocks from the best fit upwards until one spans a whole segment.
+  for (Block* b = normal.best_fit(fit.needed); b != nullptr; b = normal.successor(b)) {
+    if (b->is_whole_segment()) return b->segment;
+  }
+  if (fit.huge) {
+    for (Block* b = huge.best_fit(fit.needed); b != nullptr && b->size <= fit.needed + fit.huge_slack;
+         b = huge.successor(b)) {
+      if (b->is_whole_segment()) return b->segment;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<Segment*> PoolShard::releasable_segments() const {
+  std::vector<Segment*> result;
+  for (Segment* s = segments; s != nullptr; s = s->next) {
+    if (!s->pinned && s->first->indexed && s->first->is_whole_segment()) result.push_back(s);
+  }
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------
+// figures and checks
+
+std::size_t PoolShard::largest_free() const {
+  std::size_t largest = 0;
+  if (const Block* b = normal.largest()) largest = b->size;
+  if (const Block* b = huge.largest()) largest = std::max(largest, b->size);
+  return largest;
+}
+
+std::size_t PoolShard::pending_bytes() const {
+  std::size_t bytes = 0;
+  for (const PendingFree& entry : pending) bytes += entry.block->size;
+  return bytes;
+}
+
+void PoolShard::check(std::size_t& reserved, std::size_t& allocated,
+                      std::size_t& requested) const {
+  std::size_t indexed_blocks = 0;
+  std::size_t live_blocks = 0;
+  std::size_t pending_blocks = 0;
+  for (const Segment* s = segments; s != nullptr; s = s->next) {
+    if (s->next != nullptr && s->next->prev != s) broken("segment list links");
+    if (s->first == nullptr || s->first->addr != s->base || s->first->prev != nullptr) {
+      broken("segment does not start with its first block");
+    }
+    std::size_t covered = 0;
+    for (const Block* b = s->first; b != nullptr; b = b->next) {
+      if (b->segment != s) broken("block points to another segment");
+      if (b->addr != s->base + covered) broken("blocks do not tile their segment");
+      if (b->size == 0 || b->size % CachingPool::kRounding != 0) broken("block size not rounded");
+      if (b->next != nullptr && b->next->prev != b) broken("block neighbour links");
+      covered += b->size;
+      if (b->free) {
+        if (!b->indexed) broken("free block missing from the free index");
+        if (b->next != nullptr && b->next->free) broken("two adjacent free blocks not merged");
+        ++indexed_blocks;
+      } else if (find_live(b->addr) == b) {
+        if (b->indexed) broken("live block in the free index");
+        if (b->requested == 0 || b->requested > b->size) broken("live block's requested size");
+        allocated += b->size;
+        requested += b->requested;
+        ++live_blocks;
+      } else {
+        const bool is_pending = std::any_of(pending.begin(), pending.end(),
+                                            [b](const PendingFree& p) { return p.block == b; });
+        if (!is_pending) broken("block neither free, live nor pending");
+        ++pending_blocks;
+      }
+    }
+    if (covered != s->size) broken("blocks do not cover their segment");
+    reserved += s->size;
+  }
+  if (indexed_blocks != normal.count() + huge.count()) broken("free index count");
+  if (live_blocks != live.size()) broken("live table holds blocks outside this shard's segments");
+  if (pending_blocks != pending.size()) broken("pending list count");
+}
+
+}  // namespace sdalloc::detail

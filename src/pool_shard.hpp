@@ -1,0 +1,103 @@
+// pool_shard.hpp - one stream's part of a CachingPool (internal).
+//
+// A shard owns the segments currently assigned to its stream, their blocks, the index of
+// free blocks, the table of live allocations made on the stream, and the blocks freed on
+// other streams that wait for those streams' events. Every member function expects the
+// caller to hold `mutex`; a shard never takes another shard's lock.
+//
+// Free blocks live in one of two indexes: `normal` for blocks of ordinary segments and
+// `huge` for blocks of segments made for a single huge request. The split matters for
+// fragmentation: a normal request never takes a huge block, so a freed 1 GiB buffer stays
+// whole for the next 1 GiB request instead of being cut into slivers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "block.hpp"
+#include "block_recycler.hpp"
+#include "free_block_index.hpp"
+#include "pointer_table.hpp"
+#include "sdalloc/stream.hpp"
+#include "sdalloc/stream_events.hpp"
+
+namespace sdalloc::detail {
+
+// What fits a request: its rounded size plus room to align its start.
+struct Fit {
+  std::size_t rounded = 0;    // request rounded up to kRounding
+  std::size_t alignment = 0;  // a power of two >= kRounding
+  std::size_t needed = 0;     // rounded + alignment - kRounding: fits in any such block
+  bool huge = false;          // rounded >= huge_threshold
+  std::size_t huge_slack = 0;  // a huge block may exceed `needed` by at most this
+};
+
+// A block freed on other streams, waiting until their queued work has completed.
+struct PendingFree {
+  Block* block = nullptr;
+  std::vector<StreamEvents::Event> events;
+};
+
+struct alignas(64) PoolShard {
+  explicit PoolShard(Stream s) : stream(s) {}
+
+  // --- allocation -------------------------------------------------------------------
+  // The best block for `fit` in this shard, or nullptr. Does not change anything.
+  Block* find(const Fit& fit) const;
+  // Takes `block` (a result of find, or a fresh segment's block) out of the index, cuts
+  // off the alignment padding in front and the unused tail (normal segments only), and
+  // records it as a live allocation of `requested` bytes.
+  Block* carve(Block* block, const Fit& fit, std::size_t requested);
+
+  // --- free -------------------------------------------------------------------------
+  Block* find_live(std::uintptr_t addr) const { return live.find(addr); }
+  // Removes a live block from the live table (the caller decides when it becomes free).
+  void forget_live(Block* block) { live.erase(block->addr); }
+  // Makes a block free: merges it with free neighbours and indexes the result.
+  void make_free(Block* block);
+  // Frees every pending block whose events have all completed (polling, or waiting when
+  // `wait` is true). Answers whether any block became free.
+  bool collect_pending(StreamEvents& events, bool wait);
+
+  // --- segments ---------------------------------------------------------------------
+  // Adds a segment (one free block spanning it) and answers that block.
+  Block* adopt(Segment* segment, Block* block);
+  Block* add_segment(Segment* segment);
+  // Unlinks a wholly free segment; its block record goes back to the recycler unless
+  // `keep_block` (when the segment moves to another shard with its block).
+  void remove_segment(Segment* segment, bool keep_block);
+  // A wholly free, movable segment whose block fits `fit`, or nullptr.
+  Segment* find_free_segment(const Fit& fit) const;
+  // Wholly free segments that may be returned to the resource (not pinned).
+  std::vector<Segment*> releasable_segments() const;
+
+  // --- figures ----------------------------------------------------------------------
+  std::size_t free_bytes() const { return normal.bytes() + huge.bytes(); }
+  std::size_t largest_free() const;
+  std::size_t pending_bytes() const;
+  // Checks this shard's invariants; throws sdalloc::Error naming the first broken one.
+  // Adds this shard's segment, allocated and requested bytes to the sums given.
+  void check(std::size_t& reserved, std::size_t& allocated, std::size_t& requested) const;
+
+  FreeBlockIndex& index_of(const Block* block) {
+    return block->segment->huge ? huge : normal;
+  }
+
+  Block* split(Block* block, std::size_t first_size);
+  void absorb_next(Block* block);
+
+  mutable std::mutex mutex;
+  const Stream stream;
+  FreeBlockIndex normal;
+  FreeBlockIndex huge;
+  PointerTable live;
+  BlockRecycler records;
+  Segment* segments = nullptr;  // doubly linked list
+  std::vector<PendingFree> pending;
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+};
+
+}  // namespace sdalloc::detail

@@ -1,0 +1,239 @@
+// resource_configurations.hpp - the resource stacks the conformance suite runs against.
+//
+// Each configuration is a small struct that builds one stack of resources (fresh for every
+// test) and describes it to the tests:
+//   kName                     readable name, used in the test names
+//   resource()                the top of the stack: what the tests allocate from
+//   kGuaranteedAlignment      what every result is aligned to (>= kMinAlignment)
+//   kRejectsUnknownPointers   deallocate of a pointer that is not live throws InvalidPointer
+//                             (pools, TraceResource); undefined behaviour for raw resources
+//   kRejectsWrongSize         deallocate with another byte count throws InvalidArgument
+//   kCapacity                 what resource().capacity() reports (0: unlimited)
+//   kIsPool                   a CachingPool is in the stack: pool() returns it, and
+//                             pool_options() are the options it was built with
+//   expect_accounting(model)  compares every layer's own counters with the model
+// Adding a configuration to AllConfigurations (and to PoolConfigurations for pools) gives it
+// every test of the suite.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "conformance/reference_model.hpp"
+#include "conformance/resource_accounting.hpp"
+#include "sdalloc/caching_pool.hpp"
+#include "sdalloc/host_resource.hpp"
+#include "sdalloc/limit_resource.hpp"
+#include "sdalloc/stats_resource.hpp"
+#include "sdalloc/trace_resource.hpp"
+
+namespace sdalloc::conformance {
+
+inline constexpr std::size_t kKiB = std::size_t{1} << 10;
+inline constexpr std::size_t kMiB = std::size_t{1} << 20;
+inline constexpr std::size_t kGiB = std::size_t{1} << 30;
+
+// Capacity of the limited configurations: far above what the tests keep live (a few hundred
+// MiB), small enough that exhausting it only maps (never touches) a few GiB.
+inline constexpr std::size_t kLimitedCapacity = 8 * kGiB;
+
+// Defaults shared by the traits below; configurations override what differs.
+struct RawResourceTraits {
+  static constexpr bool kIsPool = false;
+  static constexpr bool kRejectsUnknownPointers = false;
+  static constexpr bool kRejectsWrongSize = false;
+  static constexpr std::size_t kCapacity = 0;
+  static constexpr std::size_t kGuaranteedAlignment = HostResource::kPageSize;
+};
+
+struct PoolTraits {
+  static constexpr bool kIsPool = true;
+  static constexpr bool kRejectsUnknownPointers = true;
+  static constexpr bool kRejectsWrongSize = true;
+  static constexpr std::size_t kCapacity = 0;
+  static constexpr std::size_t kGuaranteedAlignment = CachingPool::kRounding;
+};
+
+// ---- raw resources and adaptors over them --------------------------------------------------
+
+struct HostConfig : RawResourceTraits {
+  static constexpr const char* kName = "Host";
+  MemoryResource& resource() { return host; }
+  void expect_accounting(const ReferenceModel&) {}
+  HostResource host;
+};
+
+struct HostHugePagesConfig : RawResourceTraits {
+  static constexpr const char* kName = "HostHugePages";
+  static constexpr std::size_t kGuaranteedAlignment = HostResource::kHugePageSize;
+  MemoryResource& resource() { return host; }
+  void expect_accounting(const ReferenceModel&) {}
+  HostResource host{HostResourceOptions{.transparent_huge_pages = true}};
+};
+
+struct StatsOverHostConfig : RawResourceTraits {
+  static constexpr const char* kName = "StatsOverHost";
+  MemoryResource& resource() { return stats; }
+  void expect_accounting(const ReferenceModel& model) {
+    expect_stats_resource_matches(stats, model.totals());
+  }
+  HostResource host;
+  StatsResource stats{host};
+};
+
+struct LimitOverHostConfig : RawResourceTraits {
+  static constexpr const char* kName = "LimitOverHost";
+  static constexpr std::size_t kCapacity = kLimitedCapacity;
+  MemoryResource& resource() { return limit; }
+  void expect_accounting(const ReferenceModel& model) {
+    expect_limit_matches(limit, model.totals().bytes);
+  }
+  HostResource host;
+  LimitResource limit{host, kLimitedCapacity};
+};
+
+struct TraceOverHostConfig : RawResourceTraits {
+  static constexpr const char* kName = "TraceOverHost";
+  static constexpr bool kRejectsUnknownPointers = true;  // trace_resource.hpp
+  MemoryResource& resource() { return trace; }
+  void expect_accounting(const ReferenceModel& model) {
+    expect_trace_matches(trace, out, model.totals());
+  }
+  HostResource host;
+  std::ostringstream out;
+  TraceResource trace{host, out};
+};
+
+// ---- caching pools -------------------------------------------------------------------------
+
+// A CachingPool straight over a HostResource, with the options `Options::make()` gives.
+template <typename Options>
+struct PoolOverHostConfig : PoolTraits {
+  static constexpr const char* kName = Options::kName;
+  static CachingPoolOptions pool_options() { return Options::make(); }
+  MemoryResource& resource() { return caching_pool; }
+  CachingPool& pool() { return caching_pool; }
+  void expect_accounting(const ReferenceModel& model) { expect_pool_matches(caching_pool, model); }
+  HostResource host;
+  CachingPool caching_pool{host, pool_options()};
+};
+
+struct DefaultOptions {
+  static constexpr const char* kName = "Pool";
+  static CachingPoolOptions make() { return {}; }
+};
+
+struct InitialReservationOptions {
+  static constexpr const char* kName = "PoolWithInitialReservation";
+  static CachingPoolOptions make() { return {.initial_reservation = 64 * kMiB}; }
+};
+
+struct KeepCachedOnGrowthOptions {
+  static constexpr const char* kName = "PoolKeepingCacheOnGrowth";
+  static CachingPoolOptions make() { return {.release_cached_before_growth = false}; }
+};
+
+struct SmallSegmentsOptions {
+  static constexpr const char* kName = "PoolWithSmallSegments";
+  static CachingPoolOptions make() {
+    return {.segment_granularity = 64 * kKiB, .min_segment_size = 64 * kKiB};
+  }
+};
+
+// Requests from 1 MiB up take the huge path (own segments, close-size reuse only), so the
+// random sequences exercise it constantly. (The threshold may not be below the granularity.)
+struct SmallHugeThresholdOptions {
+  static constexpr const char* kName = "PoolWithSmallHugeThreshold";
+  static CachingPoolOptions make() {
+    return {.segment_granularity = 1 * kMiB, .huge_threshold = 1 * kMiB};
+  }
+};
+
+using PoolConfig = PoolOverHostConfig<DefaultOptions>;
+using PoolWithInitialReservationConfig = PoolOverHostConfig<InitialReservationOptions>;
+using PoolKeepingCacheOnGrowthConfig = PoolOverHostConfig<KeepCachedOnGrowthOptions>;
+using PoolWithSmallSegmentsConfig = PoolOverHostConfig<SmallSegmentsOptions>;
+using PoolWithSmallHugeThresholdConfig = PoolOverHostConfig<SmallHugeThresholdOptions>;
+
+struct PoolOverLimitConfig : PoolTraits {
+  static constexpr const char* kName = "PoolOverLimit";
+  static constexpr std::size_t kCapacity = kLimitedCapacity;
+  static CachingPoolOptions pool_options() { return {}; }
+  MemoryResource& resource() { return caching_pool; }
+  CachingPool& pool() { return caching_pool; }
+  void expect_accounting(const ReferenceModel& model) {
+    expect_pool_matches(caching_pool, model);
+    expect_limit_matches(limit, caching_pool.stats().reserved_bytes);
+  }
+  HostResource host;
+  LimitResource limit{host, kLimitedCapacity};
+  CachingPool caching_pool{limit, pool_options()};
+};
+
+// A pool as the upstream of an adaptor: the adaptor sees what the application asked for.
+struct StatsOverPoolConfig : PoolTraits {
+  static constexpr const char* kName = "StatsOverPool";
+  static CachingPoolOptions pool_options() { return {}; }
+  MemoryResource& resource() { return stats; }
+  CachingPool& pool() { return caching_pool; }
+  void expect_accounting(const ReferenceModel& model) {
+    expect_stats_resource_matches(stats, model.totals());
+    expect_pool_matches(caching_pool, model);
+  }
+  HostResource host;
+  CachingPool caching_pool{host, pool_options()};
+  StatsResource stats{caching_pool};
+};
+
+// The trace under the pool records segments: its live allocations are the pool's reserve.
+struct PoolOverTraceConfig : PoolTraits {
+  static constexpr const char* kName = "PoolOverTrace";
+  static CachingPoolOptions pool_options() { return {}; }
+  MemoryResource& resource() { return caching_pool; }
+  CachingPool& pool() { return caching_pool; }
+  void expect_accounting(const ReferenceModel& model) {
+    expect_pool_matches(caching_pool, model);
+    const PoolStats s = caching_pool.stats();
+    expect_trace_matches(trace, out, LiveTotals{s.reserved_bytes, s.segments, 0});
+  }
+  HostResource host;
+  std::ostringstream out;
+  TraceResource trace{host, out};
+  CachingPool caching_pool{trace, pool_options()};
+};
+
+// ---- the lists the typed suites run over ---------------------------------------------------
+
+using AllConfigurations =
+    ::testing::Types<HostConfig, HostHugePagesConfig, StatsOverHostConfig, LimitOverHostConfig,
+                     TraceOverHostConfig, PoolConfig, PoolWithInitialReservationConfig,
+                     PoolKeepingCacheOnGrowthConfig, PoolWithSmallSegmentsConfig,
+                     PoolWithSmallHugeThresholdConfig, PoolOverLimitConfig, StatsOverPoolConfig,
+                     PoolOverTraceConfig>;
+
+using PoolConfigurations =
+    ::testing::Types<PoolConfig, PoolWithInitialReservationConfig, PoolKeepingCacheOnGrowthConfig,
+                     PoolWithSmallSegmentsConfig, PoolWithSmallHugeThresholdConfig,
+                     PoolOverLimitConfig, StatsOverPoolConfig, PoolOverTraceConfig>;
+
+// Test names read "ResourceConformance/PoolOverLimit.DoubleFreeIsRejected".
+struct ConfigurationName {
+  template <typename Config>
+  static std::string GetName(int) {
+    return Config::kName;
+  }
+};
+
+// Sanitizer builds run the same tests with fewer operations: CI runs them on 2 cores.
+// Sanitizer builds also fill large allocations sparsely (one span per page) beyond this.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+inline constexpr int kWorkDivisor = 4;
+inline constexpr std::size_t kWholeFillLimit = 4 * kMiB;
+#else
+inline constexpr int kWorkDivisor = 1;
+inline constexpr std::size_t kWholeFillLimit = SIZE_MAX;
+#endif
+
+}  // namespace sdalloc::conformance
