@@ -8,14 +8,14 @@ set(SDALLOC_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/sdalloc
     CACHE STRING "Where sdallocConfig.cmake is installed, relative to the prefix")
 
 # The libraries are assembled from $<TARGET_OBJECTS:sdalloc_objects> and do not link the
-# object library, so it is not part of their interface and need not be exported.
+# object library, so it is not part of their interface and need not be exported. Their
+# include directories come from their own $<INSTALL_INTERFACE:include> (src/CMakeLists.txt).
 install(TARGETS sdalloc sdalloc_static
   EXPORT sdallocTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime
           NAMELINK_COMPONENT development
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
-  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime
-  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/sdalloc
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development
@@ -56,3 +56,8 @@ endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/sdalloc.pc.in ${PROJECT_BINARY_DIR}/sdalloc.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/sdalloc.pc
   DESTINATION ${SDALLOC_PC_DIR} COMPONENT development)
+
+# Command-line tools, when built (SDALLOC_BUILD_TOOLS).
+if(TARGET sdalloc-pool-replay)
+  install(TARGETS sdalloc-pool-replay RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
+endif()

@@ -5,10 +5,13 @@
 #   release   configure (CMakePresets.json "release"), build, ctest
 #   tidy      clang-tidy over src/*.cpp with the release build's compile_commands.json
 #             (bugprone findings are errors; skip with SDALLOC_SKIP_TIDY=1)
-#   asan      the same with AddressSanitizer + UndefinedBehaviorSanitizer (leaks checked)
-#   tsan      the same with ThreadSanitizer
 #   install   tests/install/check-install.sh: install the release build to a fresh prefix and
 #             build and run a CMake consumer and a C consumer (pkg-config) against it
+#   asan      configure, build, ctest with AddressSanitizer + UndefinedBehaviorSanitizer
+#             (leaks checked)
+#   tsan      the same with ThreadSanitizer
+# tidy and install need only the release build and are quick, so they run before the long
+# sanitizer builds: their failures show within minutes.
 # Then prints one summary line with each stage's time.
 #
 # Environment:
@@ -92,28 +95,31 @@ run_tidy() {
     xargs -0 -n 1 -P "$ctest_jobs" clang-tidy -p "$dir" --quiet
 }
 
+run_install_check() {
+  local prefix=$build_root/install-check
+  rm -rf "$prefix"
+  "$root/tests/install/check-install.sh" "$prefix" "$build_root/release"
+}
+
 # --- the stages ---------------------------------------------------------------------------
 echo "test-all: presets '$presets', build root $build_root, $jobs compile jobs"
 for preset in $presets; do
   begin "$preset"
   run_preset "$preset"
   end
-  # Lint right after the release build: it needs that build's compile_commands.json, and a
-  # finding should stop the run before the long sanitizer builds.
-  if [[ $preset == release && ${SDALLOC_SKIP_TIDY:-0} != 1 ]]; then
-    begin tidy
-    run_tidy
+  # Lint and the install check need only the release build and take a minute: run them
+  # before the long sanitizer builds, so their failures show early.
+  if [[ $preset == release ]]; then
+    if [[ ${SDALLOC_SKIP_TIDY:-0} != 1 ]]; then
+      begin tidy
+      run_tidy
+      end
+    fi
+    begin install
+    run_install_check
     end
   fi
 done
-
-if [[ " $presets " == *" release "* ]]; then
-  begin install
-  prefix=$build_root/install-check
-  rm -rf "$prefix"
-  "$root/tests/install/check-install.sh" "$prefix" "$build_root/release"
-  end
-fi
 
 stage="summary"
 echo

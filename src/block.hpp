@@ -29,6 +29,8 @@ struct Block {
   Block* next = nullptr;
   bool free = true;
   bool indexed = false;  // true while in a FreeBlockIndex
+  bool cached = false;   // true while parked, unmerged, in QuickLists
+  Block* next_cached = nullptr;
 
   // FreeBlockIndex (treap keyed by (size, addr)) links.
   Block* left = nullptr;

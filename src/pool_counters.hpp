@@ -1,8 +1,8 @@
 // pool_counters.hpp - pool-wide figures shared by all shards (internal).
 //
-// A Gauge is a current value with its high-water mark. Shards update gauges while holding
-// their own lock, so with every shard locked (check_invariants) the figures agree exactly
-// with the blocks. The peak is raised with compare-exchange only when the current value
+// A Gauge is a current value with its high-water mark. Segments are counted while the
+// owning shard's lock is held, so with every shard locked (check_invariants) the figures
+// agree exactly with the segments. The peak is raised with compare-exchange only when the current value
 // passes it, so in a steady state an update is one atomic add and one load.
 #pragma once
 
@@ -30,15 +30,15 @@ class Gauge {
   std::atomic<std::size_t> peak_{0};
 };
 
+// Figures that change only on the slow path (segments come and go), shared by all shards.
+// Per-call figures (live bytes, counts) are per shard: see ShardFigures in pool_shard.hpp.
 struct PoolCounters {
-  Gauge live_bytes;        // requested bytes of live allocations
-  Gauge allocated_bytes;   // block bytes of live allocations
-  Gauge live_allocations;
   Gauge reserved_bytes;    // segment bytes held from the resource
   Gauge segments;
   std::atomic<std::uint64_t> segment_allocations{0};
   std::atomic<std::uint64_t> segment_releases{0};
   std::atomic<std::uint64_t> oom_retries{0};
+  std::atomic<std::uint64_t> consolidations{0};
   std::atomic<std::uint64_t> ooms{0};
 };
 

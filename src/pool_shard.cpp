@@ -29,6 +29,36 @@ std::uintptr_t align_up(std::uintptr_t value, std::size_t alignment) {
 // ---------------------------------------------------------------------------------------
 // allocation
 
+Block* PoolShard::allocate(const Fit& fit, std::size_t requested) {
+  Block* block = nullptr;
+  if (!fit.huge && fit.alignment == CachingPool::kRounding) block = quick.pop(fit.rounded);
+  if (block != nullptr) {
+    live.reserve_one();
+    block->free = false;
+    block->requested = requested;
+    live.insert(block->addr, block);
+  } else {
+    // Best fit must see every free block, parked ones included.
+    drain_quick_lists();
+    block = find(fit);
+    if (block == nullptr) return nullptr;
+    block = carve(block, fit, requested);
+  }
+  count_allocation(block, requested);
+  return block;
+}
+
+void PoolShard::count_allocation(const Block* block, std::size_t requested) {
+  ShardFigures& f = figures;
+  ++f.allocations;
+  f.live_bytes += requested;
+  f.allocated_bytes += block->size;
+  ++f.live_allocations;
+  if (f.live_bytes > f.peak_live_bytes) f.peak_live_bytes = f.live_bytes;
+  if (f.allocated_bytes > f.peak_allocated_bytes) f.peak_allocated_bytes = f.allocated_bytes;
+  if (f.live_allocations > f.peak_live_allocations) f.peak_live_allocations = f.live_allocations;
+}
+
 Block* PoolShard::find(const Fit& fit) const {
   Block* best = normal.best_fit(fit.needed);
   if (fit.huge) {
@@ -84,6 +114,25 @@ Block* PoolShard::split(Block* block, std::size_t first_size) {
 
 // ---------------------------------------------------------------------------------------
 // free
+
+void PoolShard::forget_live(Block* block) {
+  live.erase(block->addr);
+  ShardFigures& f = figures;
+  ++f.frees;
+  f.live_bytes -= block->requested;
+  f.allocated_bytes -= block->size;
+  --f.live_allocations;
+  block->requested = 0;
+}
+
+void PoolShard::release(Block* block) {
+  block->free = true;
+  if (block->segment->huge || !quick.push(block)) make_free(block);
+}
+
+void PoolShard::drain_quick_lists() {
+  quick.drain([this](Block* block) { make_free(block); });
+}
 
 void PoolShard::make_free(Block* block) {
   block->free = true;
@@ -142,6 +191,11 @@ Block* PoolShard::add_segment(Segment* segment) {
 }
 
 Block* PoolShard::adopt(Segment* segment, Block* block) {
+  ++figures.segments;
+  figures.reserved_bytes += segment->size;
+  if (figures.reserved_bytes > figures.peak_reserved_bytes) {
+    figures.peak_reserved_bytes = figures.reserved_bytes;
+  }
   segment->prev = nullptr;
   segment->next = segments;
   if (segments != nullptr) segments->prev = segment;
@@ -151,6 +205,8 @@ Block* PoolShard::adopt(Segment* segment, Block* block) {
 }
 
 void PoolShard::remove_segment(Segment* segment, bool keep_block) {
+  --figures.segments;
+  figures.reserved_bytes -= segment->size;
   Block* block = segment->first;
   index_of(block).erase(block);
   if (!keep_block) records.give_back(block);
@@ -160,7 +216,8 @@ void PoolShard::remove_segment(Segment* segment, bool keep_block) {
   segment->prev = segment->next = nullptr;
 }
 
-Segment* PoolShard::find_free_segment(const Fit& fit) const {
+Segment* PoolShard::find_free_segment(const Fit& fit) {
+  drain_quick_lists();
   // Walk the free blocks from the best fit upwards until one spans a whole segment.
   for (Block* b = normal.best_fit(fit.needed); b != nullptr; b = normal.successor(b)) {
     if (b->is_whole_segment()) return b->segment;
@@ -174,7 +231,8 @@ Segment* PoolShard::find_free_segment(const Fit& fit) const {
   return nullptr;
 }
 
-std::vector<Segment*> PoolShard::releasable_segments() const {
+std::vector<Segment*> PoolShard::releasable_segments() {
+  drain_quick_lists();
   std::vector<Segment*> result;
   for (Segment* s = segments; s != nullptr; s = s->next) {
     if (!s->pinned && s->first->indexed && s->first->is_whole_segment()) result.push_back(s);
@@ -198,11 +256,15 @@ std::size_t PoolShard::pending_bytes() const {
   return bytes;
 }
 
-void PoolShard::check(std::size_t& reserved, std::size_t& allocated,
-                      std::size_t& requested) const {
+void PoolShard::check(std::size_t& reserved) const {
   std::size_t indexed_blocks = 0;
+  std::size_t cached_blocks = 0;
   std::size_t live_blocks = 0;
   std::size_t pending_blocks = 0;
+  std::size_t allocated = 0;
+  std::size_t requested = 0;
+  std::size_t reserved_here = 0;
+  std::size_t segment_count = 0;
   for (const Segment* s = segments; s != nullptr; s = s->next) {
     if (s->next != nullptr && s->next->prev != s) broken("segment list links");
     if (s->first == nullptr || s->first->addr != s->base || s->first->prev != nullptr) {
@@ -215,9 +277,12 @@ void PoolShard::check(std::size_t& reserved, std::size_t& allocated,
       if (b->size == 0 || b->size % CachingPool::kRounding != 0) broken("block size not rounded");
       if (b->next != nullptr && b->next->prev != b) broken("block neighbour links");
       covered += b->size;
-      if (b->free) {
+      if (b->cached) {
+        if (!b->free || b->indexed) broken("parked block also indexed or live");
+        ++cached_blocks;
+      } else if (b->free) {
         if (!b->indexed) broken("free block missing from the free index");
-        if (b->next != nullptr && b->next->free) broken("two adjacent free blocks not merged");
+        if (b->next != nullptr && b->next->indexed) broken("two adjacent free blocks not merged");
         ++indexed_blocks;
       } else if (find_live(b->addr) == b) {
         if (b->indexed) broken("live block in the free index");
@@ -228,16 +293,24 @@ void PoolShard::check(std::size_t& reserved, std::size_t& allocated,
       } else {
         const bool is_pending = std::any_of(pending.begin(), pending.end(),
                                             [b](const PendingFree& p) { return p.block == b; });
-        if (!is_pending) broken("block neither free, live nor pending");
+        if (!is_pending) broken("block neither free, parked, live nor pending");
         ++pending_blocks;
       }
     }
     if (covered != s->size) broken("blocks do not cover their segment");
-    reserved += s->size;
+    reserved_here += s->size;
+    ++segment_count;
   }
+  reserved += reserved_here;
   if (indexed_blocks != normal.count() + huge.count()) broken("free index count");
+  if (cached_blocks != quick.count()) broken("quick list count");
   if (live_blocks != live.size()) broken("live table holds blocks outside this shard's segments");
   if (pending_blocks != pending.size()) broken("pending list count");
+  if (reserved_here != figures.reserved_bytes) broken("reserved bytes figure");
+  if (segment_count != figures.segments) broken("segment count figure");
+  if (allocated != figures.allocated_bytes) broken("allocated bytes figure");
+  if (requested != figures.live_bytes) broken("live bytes figure");
+  if (live_blocks != figures.live_allocations) broken("live allocations figure");
 }
 
 }  // namespace sdalloc::detail

@@ -5,6 +5,9 @@
 // other streams that wait for those streams' events. Every member function expects the
 // caller to hold `mutex`; a shard never takes another shard's lock.
 //
+// Figures (live bytes, counts) are kept per shard, in plain integers under the shard's
+// lock: a pool-wide atomic would bounce one cache line between every thread on every call.
+//
 // Free blocks live in one of two indexes: `normal` for blocks of ordinary segments and
 // `huge` for blocks of segments made for a single huge request. The split matters for
 // fragmentation: a normal request never takes a huge block, so a freed 1 GiB buffer stays
@@ -13,13 +16,14 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
 #include "block.hpp"
 #include "block_recycler.hpp"
 #include "free_block_index.hpp"
+#include "spin_lock.hpp"
 #include "pointer_table.hpp"
+#include "quick_lists.hpp"
 #include "sdalloc/stream.hpp"
 #include "sdalloc/stream_events.hpp"
 
@@ -40,23 +44,54 @@ struct PendingFree {
   std::vector<StreamEvents::Event> events;
 };
 
+// This shard's share of the pool's figures (see PoolStats for their meaning).
+struct ShardFigures {
+  std::size_t live_bytes = 0;
+  std::size_t peak_live_bytes = 0;
+  std::size_t allocated_bytes = 0;
+  std::size_t peak_allocated_bytes = 0;
+  std::size_t live_allocations = 0;
+  std::size_t peak_live_allocations = 0;
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+  std::size_t segments = 0;  // segments this shard holds now
+  std::size_t reserved_bytes = 0;  // their bytes
+  std::size_t peak_reserved_bytes = 0;
+
+  void reset_peak() {
+    peak_live_bytes = live_bytes;
+    peak_allocated_bytes = allocated_bytes;
+    peak_live_allocations = live_allocations;
+    peak_reserved_bytes = reserved_bytes;
+  }
+};
+
 struct alignas(64) PoolShard {
   explicit PoolShard(Stream s) : stream(s) {}
 
   // --- allocation -------------------------------------------------------------------
-  // The best block for `fit` in this shard, or nullptr. Does not change anything.
+  // Serves the request from this shard's cached blocks (quick lists, then best fit, then
+  // best fit after merging the quick lists), or answers nullptr. The hot path.
+  Block* allocate(const Fit& fit, std::size_t requested);
+  // The best block for `fit` in the free indexes, or nullptr. Does not change anything.
   Block* find(const Fit& fit) const;
-  // Takes `block` (a result of find, or a fresh segment's block) out of the index, cuts
-  // off the alignment padding in front and the unused tail (normal segments only), and
-  // records it as a live allocation of `requested` bytes.
+  // Takes `block` (a result of find) out of the index, cuts off the alignment padding in
+  // front and the unused tail (normal segments only), and makes it live.
   Block* carve(Block* block, const Fit& fit, std::size_t requested);
+  // Adds a new live allocation to the figures (allocate() does this itself).
+  void count_allocation(const Block* block, std::size_t requested);
 
   // --- free -------------------------------------------------------------------------
   Block* find_live(std::uintptr_t addr) const { return live.find(addr); }
-  // Removes a live block from the live table (the caller decides when it becomes free).
-  void forget_live(Block* block) { live.erase(block->addr); }
+  // Ends a live allocation: out of the live table and the figures. The caller then either
+  // recycles the block (release) or parks it until other streams are done (pending).
+  void forget_live(Block* block);
+  // Returns a forgotten block for reuse: parked in a quick list, or merged and indexed.
+  void release(Block* block);
   // Makes a block free: merges it with free neighbours and indexes the result.
   void make_free(Block* block);
+  // Merges every parked block (see QuickLists) so the indexes show all free memory.
+  void drain_quick_lists();
   // Frees every pending block whose events have all completed (polling, or waiting when
   // `wait` is true). Answers whether any block became free.
   bool collect_pending(StreamEvents& events, bool wait);
@@ -68,18 +103,18 @@ struct alignas(64) PoolShard {
   // Unlinks a wholly free segment; its block record goes back to the recycler unless
   // `keep_block` (when the segment moves to another shard with its block).
   void remove_segment(Segment* segment, bool keep_block);
-  // A wholly free, movable segment whose block fits `fit`, or nullptr.
-  Segment* find_free_segment(const Fit& fit) const;
+  // A wholly free segment whose block fits `fit`, or nullptr.
+  Segment* find_free_segment(const Fit& fit);
   // Wholly free segments that may be returned to the resource (not pinned).
-  std::vector<Segment*> releasable_segments() const;
+  std::vector<Segment*> releasable_segments();
 
   // --- figures ----------------------------------------------------------------------
-  std::size_t free_bytes() const { return normal.bytes() + huge.bytes(); }
+  std::size_t free_bytes() const { return normal.bytes() + huge.bytes() + quick.bytes(); }
   std::size_t largest_free() const;
   std::size_t pending_bytes() const;
   // Checks this shard's invariants; throws sdalloc::Error naming the first broken one.
   // Adds this shard's segment, allocated and requested bytes to the sums given.
-  void check(std::size_t& reserved, std::size_t& allocated, std::size_t& requested) const;
+  void check(std::size_t& reserved) const;
 
   FreeBlockIndex& index_of(const Block* block) {
     return block->segment->huge ? huge : normal;
@@ -88,16 +123,17 @@ struct alignas(64) PoolShard {
   Block* split(Block* block, std::size_t first_size);
   void absorb_next(Block* block);
 
-  mutable std::mutex mutex;
+  mutable SpinLock mutex;
   const Stream stream;
   FreeBlockIndex normal;
   FreeBlockIndex huge;
+  QuickLists quick;
   PointerTable live;
   BlockRecycler records;
   Segment* segments = nullptr;  // doubly linked list
   std::vector<PendingFree> pending;
-  std::uint64_t allocations = 0;
-  std::uint64_t frees = 0;
+  ShardFigures figures;
+  bool churned = false;  // released segments to grow since the last consolidation
 };
 
 }  // namespace sdalloc::detail

@@ -190,6 +190,51 @@ TEST_F(CachingPoolTest, KeepsCachedSegmentsWhenReleaseBeforeGrowthIsOff) {
   pool.free(b);
 }
 
+// One iteration of a loop whose shapes make the pool release a segment and grow again.
+void churning_iteration(CachingPool& pool) {
+  void* x = pool.allocate(1 * MiB);  // lives through the iteration, in a 2 MiB segment
+  void* a = pool.allocate(4 * MiB);  // a 4 MiB segment
+  pool.free(a);
+  void* c = pool.allocate(6 * MiB);  // growing past the peak: a's segment is released first
+  pool.free(c);
+  pool.free(x);  // the stream is empty now, holding 2 segments
+}
+
+TEST_F(CachingPoolTest, ConsolidatesAChurningStreamIntoOneArena) {
+  CachingPool pool(upstream_);
+  churning_iteration(pool);
+  PoolStats s = pool.stats();
+  EXPECT_EQ(s.consolidations, 1u);
+  EXPECT_EQ(s.segments, 1u);
+  EXPECT_EQ(s.reserved_bytes, 8 * MiB);  // the peak footprint: 2 + 6 MiB
+  const std::uint64_t calls = upstream_.stats().allocations;
+  for (int i = 0; i < 3; ++i) churning_iteration(pool);
+  s = pool.stats();
+  EXPECT_EQ(upstream_.stats().allocations, calls) << "later iterations run in the arena";
+  EXPECT_EQ(s.consolidations, 1u);
+  EXPECT_EQ(s.peak_reserved_bytes, 8 * MiB);
+  pool.check_invariants();
+}
+
+TEST_F(CachingPoolTest, DoesNotConsolidateWhenDisabled) {
+  CachingPoolOptions options;
+  options.consolidate_when_empty = false;
+  CachingPool pool(upstream_, options);
+  for (int i = 0; i < 3; ++i) churning_iteration(pool);
+  EXPECT_EQ(pool.stats().consolidations, 0u);
+  EXPECT_EQ(pool.stats().segments, 2u);
+}
+
+TEST_F(CachingPoolTest, DoesNotConsolidateAStreamThatNeverReleased) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(2 * MiB);
+  void* b = pool.allocate(2 * MiB);  // two segments, grown without releasing anything
+  pool.free(a);
+  pool.free(b);
+  EXPECT_EQ(pool.stats().consolidations, 0u);
+  EXPECT_EQ(pool.stats().segments, 2u);
+}
+
 TEST_F(CachingPoolTest, OutOfMemoryReleasesTheCacheAndRetries) {
   LimitResource card(upstream_, 16 * MiB);
   CachingPoolOptions options;

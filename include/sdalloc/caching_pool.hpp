@@ -16,6 +16,12 @@
 //    min_segment_size) bytes. If that would raise reserved bytes above their previous peak,
 //    wholly free segments are first returned to the resource (release_cached_before_growth):
 //    the pool's footprint follows what is live instead of what was cached.
+//  - Consolidation: separate segments never merge, so a pool that releases before growing
+//    would release and re-take the same memory in every iteration of a loop. When a
+//    stream that did so becomes empty (no live allocation) while it holds two or more
+//    segments, they are returned and replaced by one segment of the size the stream
+//    needed at its peak, plus 1/16 (consolidate_when_empty). A loop that repeats the same
+//    work then runs in one arena with no further growth or release.
 //  - Out of memory: when the resource refuses, the pool waits for pending cross-stream
 //    frees, releases every wholly free segment and retries once; then it throws OutOfMemory
 //    stating the request, live bytes, reserved bytes, largest free block and capacity.
@@ -61,6 +67,7 @@ struct CachingPoolOptions {
   std::size_t min_segment_size = std::size_t{2} << 20;      // smallest segment asked for
   std::size_t huge_threshold = std::size_t{128} << 20;      // requests this big get own blocks
   bool release_cached_before_growth = true;            // see "Growth" above
+  bool consolidate_when_empty = true;                  // see "Consolidation" above
   StreamEvents* stream_events = nullptr;               // nullptr: HostStreamEvents
 
   // Throws InvalidArgument naming the first bad field: granularity not a power of two of

@@ -6,6 +6,12 @@
 // allocated - live is rounding. Peaks are high-water marks since construction or the last
 // reset_peak().
 //
+// Exactness: reserved figures and every current figure are exact (at a quiescent moment).
+// Live and allocated peaks are exact while the pool serves one stream. Pools keep those
+// figures per stream so that threads on different streams never share a cache line; with
+// several streams a pool-wide peak is therefore an upper bound (the sum of the per-stream
+// peaks, capped by the next figure up: peak live <= peak allocated <= peak reserved).
+//
 // to_memory_stats() gives the same figures under the key names of PyTorch's
 // torch.cuda.memory_stats(), so tools written for PyTorch can read sdalloc's numbers.
 #pragma once
@@ -39,6 +45,7 @@ struct PoolStats {
   std::size_t largest_free_block = 0;  // the biggest single request servable without growing
   std::size_t pending_free_bytes = 0;  // freed, but waiting for another stream's work
   std::uint64_t oom_retries = 0;       // times the pool released its cache and retried
+  std::uint64_t consolidations = 0;    // times an emptied stream's segments became one
   std::uint64_t ooms = 0;              // OutOfMemory errors thrown
   std::size_t streams = 0;             // streams the pool has served
 

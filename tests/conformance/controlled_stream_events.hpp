@@ -4,7 +4,9 @@
 // record() returns a new event that stays incomplete until complete_all() (the test's "the
 // device finished the work") or until the pool calls synchronize() (which a real backend
 // would block on; here it completes the event at once and is counted, so a test can assert
-// that the allocation path never waits and that trim / out-of-memory do).
+// that the allocation path never waits and that trim / out-of-memory do). Likewise idle()
+// answers that every stream is busy (work may be queued on it) from construction until
+// complete_all(), so a pool may not move a cached segment between streams before then.
 // It also catches misuse: querying, synchronizing or releasing an event that was never
 // recorded or is already released counts as a misuse.
 // Thread-safe: one mutex, as pool shards call it concurrently.

@@ -131,7 +131,7 @@ TYPED_TEST(PoolConformance, TrimReturnsEveryWhollyFreeSegment) {
   ReferenceModel model = this->new_model();
   std::mt19937_64 rng(42);
   SequenceShape shape;
-  shape.operations = 600 / kWorkDivisor;
+  shape.operations = scaled_operations<TypeParam>(600);
   shape.streams = {kStream1, kStream2};
   ASSERT_TRUE(run_random_sequence(this->resource(), model, rng, shape));
   // Everything is free now, and cached.

@@ -226,14 +226,24 @@ struct ConfigurationName {
   }
 };
 
-// Sanitizer builds run the same tests with fewer operations: CI runs them on 2 cores.
-// Sanitizer builds also fill large allocations sparsely (one span per page) beyond this.
+// Sanitizer builds run the same tests with fewer operations: CI runs them on 2 cores, where
+// page faults are slow (and slower under shadow memory). Raw resources get fewer still: each
+// of their operations is an mmap, a munmap and page faults. Sanitizer builds also fill
+// allocations larger than kWholeFillLimit sparsely (a span per MiB).
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 inline constexpr int kWorkDivisor = 4;
+inline constexpr int kRawResourceDivisor = 2;
 inline constexpr std::size_t kWholeFillLimit = 4 * kMiB;
 #else
 inline constexpr int kWorkDivisor = 1;
+inline constexpr int kRawResourceDivisor = 1;
 inline constexpr std::size_t kWholeFillLimit = SIZE_MAX;
 #endif
+
+// How many operations a random test runs on `Config`, for `base` in the plain build.
+template <typename Config>
+constexpr int scaled_operations(int base) {
+  return base / kWorkDivisor / (Config::kIsPool ? 1 : kRawResourceDivisor);
+}
 
 }  // namespace sdalloc::conformance
