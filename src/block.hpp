@@ -46,7 +46,7 @@ struct Block {
   bool is_whole_segment() const { return prev == nullptr && next == nullptr; }
 };
 
-struct Segment {
+struct alignas(64) Segment {  // own cache line: shards on other threads never share it
   std::uintptr_t base = 0;
   std::size_t size = 0;
   bool huge = false;    // made for one huge request: its blocks are reused only by such

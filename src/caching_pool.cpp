@@ -82,15 +82,18 @@ struct CachingPool::Impl {
 
   // --- shard registry -------------------------------------------------------------------
   // Shards are never removed, so a published table stays valid; a new stream publishes a
-  // copy with one more entry and the old copy is kept until the pool dies.
+  // copy with one more entry and the old copy is kept until the pool dies. The table holds
+  // each stream beside its shard so a lookup never reads another shard's cache lines
+  // (which that shard's thread keeps writing).
   struct ShardTable {
+    std::vector<Stream> streams;
     std::vector<PoolShard*> shards;
   };
 
   PoolShard& shard_for(Stream stream) {
     const ShardTable* t = table.load(std::memory_order_acquire);
-    for (PoolShard* shard : t->shards) {
-      if (shard->stream == stream) return *shard;
+    for (std::size_t i = 0; i < t->streams.size(); ++i) {
+      if (t->streams[i] == stream) return *t->shards[i];
     }
     return add_shard(stream);
   }
@@ -98,11 +101,12 @@ struct CachingPool::Impl {
   PoolShard& add_shard(Stream stream) {
     std::lock_guard lock(registry_mutex);
     const ShardTable* t = table.load(std::memory_order_acquire);
-    for (PoolShard* shard : t->shards) {
-      if (shard->stream == stream) return *shard;
+    for (std::size_t i = 0; i < t->streams.size(); ++i) {
+      if (t->streams[i] == stream) return *t->shards[i];
     }
     owned_shards.push_back(std::make_unique<PoolShard>(stream));
     auto next = std::make_unique<ShardTable>(*t);
+    next->streams.push_back(stream);
     next->shards.push_back(owned_shards.back().get());
     table.store(next.get(), std::memory_order_release);
     tables.push_back(std::move(next));

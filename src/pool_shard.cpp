@@ -93,7 +93,7 @@ Block* PoolShard::carve(Block* block, const Fit& fit, std::size_t requested) {
   }
   block->free = false;
   block->requested = requested;
-  block->segment->used = true;
+  if (!block->segment->used) block->segment->used = true;  // no store once set: the line stays shared
   live.insert(block->addr, block);
   return block;
 }
