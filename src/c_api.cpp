@@ -40,6 +40,7 @@ struct sdalloc_pool {
     options.min_segment_size = config.min_segment_size;
     options.huge_threshold = config.huge_threshold;
     options.release_cached_before_growth = config.release_cached_before_growth;
+    options.consolidate_when_empty = config.consolidate_when_empty;
     pool.emplace(*upstream, options);
   }
 
@@ -76,7 +77,7 @@ static_assert(SDALLOC_MAX_DIMS >= 1);
 // first version. Callers built against a newer header than this library send a larger size
 // than sizeof() here and are refused (they may have set fields this library would ignore).
 constexpr std::size_t kConfigFirstSize =
-    offsetof(sdalloc_pool_config_t, release_cached_before_growth) + sizeof(bool);
+    offsetof(sdalloc_pool_config_t, consolidate_when_empty) + sizeof(bool);
 constexpr std::size_t kStatsFirstSize =
     offsetof(sdalloc_stats_t, peak_overhead_ratio) + sizeof(double);
 
@@ -226,6 +227,7 @@ void sdalloc_pool_config_init(sdalloc_pool_config_t* config) noexcept {
   config->min_segment_size = defaults.min_segment_size;
   config->huge_threshold = defaults.huge_threshold;
   config->release_cached_before_growth = defaults.release_cached_before_growth;
+  config->consolidate_when_empty = defaults.consolidate_when_empty;
 }
 
 sdalloc_status_t sdalloc_pool_create(const sdalloc_pool_config_t* config,
@@ -337,6 +339,7 @@ sdalloc_status_t sdalloc_pool_stats(sdalloc_pool_t* pool, sdalloc_stats_t* stats
     c.pending_free_bytes = s.pending_free_bytes;
     c.oom_retries = s.oom_retries;
     c.ooms = s.ooms;
+    c.consolidations = s.consolidations;
     c.streams = s.streams;
     c.fragmentation = s.fragmentation();
     c.peak_overhead_ratio = s.peak_overhead_ratio();

@@ -130,10 +130,10 @@ TEST(CApiErrors, StatusAndMessageAreTheCppErrorPrefixedWithTheFunction) {
 TEST(CApiErrors, ConfigStructSizesFromTheFirstVersionToTheCurrentAreAccepted) {
   sdalloc_pool_config_t config;
   sdalloc_pool_config_init(&config);
-  // The first version ends with release_cached_before_growth; anything from there up to
+  // The first version ends with consolidate_when_empty; anything from there up to
   // sizeof (padding included) is a size some caller may legitimately have compiled.
   const std::size_t first =
-      offsetof(sdalloc_pool_config_t, release_cached_before_growth) + sizeof(bool);
+      offsetof(sdalloc_pool_config_t, consolidate_when_empty) + sizeof(bool);
   for (std::size_t size : {first, sizeof config}) {
     config.struct_size = size;
     sdalloc_pool_t* pool = nullptr;

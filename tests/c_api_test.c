@@ -134,6 +134,7 @@ static void config_init_fills_the_defaults(void) {
   CHECK(config.min_segment_size == 2 * MIB);
   CHECK(config.huge_threshold == 128 * MIB);
   CHECK(config.release_cached_before_growth == true);
+  CHECK(config.consolidate_when_empty == true);
   sdalloc_pool_config_init(NULL); /* documented no-op: must not crash */
 }
 

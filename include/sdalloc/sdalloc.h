@@ -145,6 +145,10 @@ typedef struct sdalloc_pool_config_t {
   /* Before a growth that would raise reserved bytes above their previous peak, return
    * wholly free segments to the resource first. Default true. */
   bool release_cached_before_growth;
+  /* When a stream that released segments to grow becomes empty while holding several
+   * segments, replace them with one arena of its peak size, so a repeated loop stops
+   * releasing and re-taking memory. Default true. */
+  bool consolidate_when_empty;
 } sdalloc_pool_config_t;
 
 /* Fills *config with the defaults and sets struct_size. Does nothing if config is NULL.
@@ -232,6 +236,7 @@ typedef struct sdalloc_stats_t {
   size_t pending_free_bytes;    /* freed, waiting for another stream's work */
   uint64_t oom_retries;         /* times the pool released its cache and retried */
   uint64_t ooms;                /* out-of-memory errors returned */
+  uint64_t consolidations;      /* times an emptied stream's segments became one arena */
   size_t streams;               /* streams the pool has served */
   double fragmentation;         /* 1 - largest_free_block / free_bytes, in [0, 1] */
   double peak_overhead_ratio;   /* peak reserved / peak live */
