@@ -10,6 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${SDALLOC_BUILD_ROOT:-$root/build}/release
 cd "$root"
+"$root/scripts/install-deps.sh"
 
 # The build's output goes to a log, shown only if the build fails: the job's output is the point.
 log=$build_dir/run-main-job-build.log
@@ -23,9 +24,11 @@ if ! { cmake --preset release -B "$build_dir" &&
   exit 1
 fi
 
+# Without arguments: the bundled trace, three times over on one pool (a denoising loop
+# repeats its step), so the per-pass lines show the pool settling into one arena.
 trace=$root/data/traces/sd15_unet_b2_64x64_cpu_2pass.csv
 if [[ $# -eq 0 ]]; then
-  set -- "$trace"
+  set -- "$trace" --passes 3
 fi
 echo "run-main-job: $build_dir/tools/sdalloc-pool-replay $*"
 exec "$build_dir/tools/sdalloc-pool-replay" "$@"

@@ -7,6 +7,7 @@
 #             (bugprone findings are errors; skip with SDALLOC_SKIP_TIDY=1)
 #   install   tests/install/check-install.sh: install the release build to a fresh prefix and
 #             build and run a CMake consumer and a C consumer (pkg-config) against it
+#   python    pytest over tests/python with /usr/bin/python3
 #   asan      configure, build, ctest with AddressSanitizer + UndefinedBehaviorSanitizer
 #             (leaks checked)
 #   tsan      the same with ThreadSanitizer
@@ -27,6 +28,7 @@ presets=${SDALLOC_PRESETS:-release asan tsan}
 jobs=${SDALLOC_JOBS:-$(nproc)}
 ctest_jobs=2
 cd "$root"
+"$root/scripts/install-deps.sh"
 
 # The sanitizers' settings: stop at the first report, print where it came from.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
@@ -87,12 +89,24 @@ run_tidy() {
     echo "test-all: $dir/compile_commands.json missing: the release stage must run first" >&2
     return 1
   }
-  # The checks come from .clang-tidy; one file per process, two at a time.
+  # The checks come from .clang-tidy; one file per process, two at a time. The "N warnings
+  # generated" lines count system-header warnings that the header filter hides: noise.
   local -a sources
   mapfile -t sources < <(find "$root/src" -maxdepth 1 -name '*.cpp' | sort)
   echo "clang-tidy: ${#sources[@]} files"
   printf '%s\0' "${sources[@]}" |
-    xargs -0 -n 1 -P "$ctest_jobs" clang-tidy -p "$dir" --quiet
+    xargs -0 -n 1 -P "$ctest_jobs" clang-tidy -p "$dir" --quiet 2>&1 |
+    { grep -vE '^[0-9]+ warnings? generated\.$' || true; }
+}
+
+# Python tests (the tools' Python scripts) run with Debian's interpreter, which has pytest;
+# a python3 earlier on PATH (pyenv, a venv) may not.
+run_python_tests() {
+  if ! compgen -G "$root/tests/python/test_*.py" >/dev/null; then
+    echo "test-all: no Python tests yet"
+    return 0
+  fi
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/tests/python"
 }
 
 run_install_check() {
@@ -117,6 +131,9 @@ for preset in $presets; do
     fi
     begin install
     run_install_check
+    end
+    begin python
+    run_python_tests
     end
   fi
 done

@@ -549,6 +549,7 @@ struct CachingPool::Impl {
   void check_invariants() const {
     const std::vector<PoolShard*> shards = all_shards();
     std::vector<std::unique_lock<detail::SpinLock>> locks;
+    locks.reserve(shards.size());
     for (PoolShard* shard : shards) locks.emplace_back(shard->mutex);
     std::size_t reserved = 0;
     for (PoolShard* shard : shards) shard->check(reserved);

@@ -27,7 +27,12 @@ namespace {
 constexpr std::string_view kHeader3 = "op,id,size";
 constexpr std::string_view kHeader4 = "op,id,size,stream";
 
-std::string quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+std::string quoted(std::string_view text) {
+  std::string result;
+  result.reserve(text.size() + 2);
+  result.append(1, '\'').append(text).append(1, '\'');
+  return result;
+}
 
 // ---------------------------------------------------------------------------------------
 // Reading: zlib's gz* functions read gzip and plain files alike.
