@@ -1,7 +1,8 @@
 // caching_pool.cpp - CachingPool: shards per stream, the growth policy and the OOM path.
 //
 // Fast path (allocate and free of a cached size): find the stream's shard in the published
-// shard table (no lock), take that shard's lock, best-fit in its index, carve, count.
+// shard table (no lock), take that shard's lock, pop its quick list or best-fit in its
+// index, carve, count.
 // Everything that can make a system call or touch another shard is in the slow path below
 // it, which never holds two shard locks at once (so no lock order is needed, except in
 // check_invariants, which takes them all in table order while no slow path waits on two).
@@ -212,10 +213,8 @@ struct CachingPool::Impl {
     std::lock_guard lock(shard.mutex);
     Block* block = shard.add_segment(segment);
     count_segment_added(segment_size);
-    // The fresh segment fits by construction; carve it directly so no other block wins.
-    block = shard.carve(block, fit, bytes);
-    shard.count_allocation(block, bytes);
-    return block->ptr();
+    // The fresh segment fits by construction; take it directly so no other block wins.
+    return shard.allocate_from(block, fit, bytes)->ptr();
   }
 
   void count_segment_added(std::size_t size) {

@@ -30,25 +30,28 @@ std::uintptr_t align_up(std::uintptr_t value, std::size_t alignment) {
 // allocation
 
 Block* PoolShard::allocate(const Fit& fit, std::size_t requested) {
-  Block* block = nullptr;
-  if (!fit.huge && fit.alignment == CachingPool::kRounding) block = quick.pop(fit.rounded);
-  if (block != nullptr) {
-    live.reserve_one();
-    block->free = false;
-    block->requested = requested;
-    live.insert(block->addr, block);
-  } else {
-    // Best fit must see every free block, parked ones included.
-    drain_quick_lists();
-    block = find(fit);
-    if (block == nullptr) return nullptr;
-    block = carve(block, fit, requested);
+  if (!fit.huge && fit.alignment == CachingPool::kRounding) {
+    live.reserve_one();  // the one step that may allocate, before anything changes
+    if (Block* block = quick.pop(fit.rounded)) return make_live(block, requested);
   }
-  count_allocation(block, requested);
-  return block;
+  // Best fit must see every free block, parked ones included.
+  drain_quick_lists();
+  Block* block = find(fit);
+  return block != nullptr ? allocate_from(block, fit, requested) : nullptr;
 }
 
-void PoolShard::count_allocation(const Block* block, std::size_t requested) {
+Block* PoolShard::allocate_from(Block* block, const Fit& fit, std::size_t requested) {
+  // Make room first so nothing below can fail halfway: at most two new records (front
+  // padding, tail) and one live-table entry.
+  records.reserve(2);
+  live.reserve_one();
+  return make_live(carve(block, fit), requested);
+}
+
+Block* PoolShard::make_live(Block* block, std::size_t requested) {
+  block->free = false;
+  block->requested = requested;
+  live.insert(block->addr, block);
   ShardFigures& f = figures;
   ++f.allocations;
   f.live_bytes += requested;
@@ -57,6 +60,7 @@ void PoolShard::count_allocation(const Block* block, std::size_t requested) {
   if (f.live_bytes > f.peak_live_bytes) f.peak_live_bytes = f.live_bytes;
   if (f.allocated_bytes > f.peak_allocated_bytes) f.peak_allocated_bytes = f.allocated_bytes;
   if (f.live_allocations > f.peak_live_allocations) f.peak_live_allocations = f.live_allocations;
+  return block;
 }
 
 Block* PoolShard::find(const Fit& fit) const {
@@ -73,12 +77,7 @@ Block* PoolShard::find(const Fit& fit) const {
   return best;
 }
 
-Block* PoolShard::carve(Block* block, const Fit& fit, std::size_t requested) {
-  // Make room first so nothing below can fail halfway: at most two new records (front
-  // padding, tail) and one live-table entry.
-  records.reserve(2);
-  live.reserve_one();
-
+Block* PoolShard::carve(Block* block, const Fit& fit) {
   index_of(block).erase(block);
   const std::uintptr_t start = align_up(block->addr, fit.alignment);
   if (start != block->addr) {
@@ -86,15 +85,11 @@ Block* PoolShard::carve(Block* block, const Fit& fit, std::size_t requested) {
     index_of(block).insert(block);  // the padding stays free
     block = aligned;
   }
-  const bool split_tail = !block->segment->huge && block->size - fit.rounded >= CachingPool::kRounding;
-  if (split_tail) {
+  if (!block->segment->huge && block->size - fit.rounded >= CachingPool::kRounding) {
     Block* tail = split(block, fit.rounded);
     index_of(tail).insert(tail);
   }
-  block->free = false;
-  block->requested = requested;
-  if (!block->segment->used) block->segment->used = true;  // no store once set: the line stays shared
-  live.insert(block->addr, block);
+  if (!block->segment->used) block->segment->used = true;  // no store once set: stays shared
   return block;
 }
 

@@ -70,16 +70,14 @@ struct alignas(64) PoolShard {
   explicit PoolShard(Stream s) : stream(s) {}
 
   // --- allocation -------------------------------------------------------------------
-  // Serves the request from this shard's cached blocks (quick lists, then best fit, then
-  // best fit after merging the quick lists), or answers nullptr. The hot path.
+  // Serves the request from this shard's cached blocks (its quick list, else best fit over
+  // all free blocks), or answers nullptr. The hot path.
   Block* allocate(const Fit& fit, std::size_t requested);
+  // Serves the request from `block`, a free block that fits (a result of find, or a fresh
+  // segment's block): carves it and makes the result live.
+  Block* allocate_from(Block* block, const Fit& fit, std::size_t requested);
   // The best block for `fit` in the free indexes, or nullptr. Does not change anything.
   Block* find(const Fit& fit) const;
-  // Takes `block` (a result of find) out of the index, cuts off the alignment padding in
-  // front and the unused tail (normal segments only), and makes it live.
-  Block* carve(Block* block, const Fit& fit, std::size_t requested);
-  // Adds a new live allocation to the figures (allocate() does this itself).
-  void count_allocation(const Block* block, std::size_t requested);
 
   // --- free -------------------------------------------------------------------------
   Block* find_live(std::uintptr_t addr) const { return live.find(addr); }
@@ -120,6 +118,12 @@ struct alignas(64) PoolShard {
     return block->segment->huge ? huge : normal;
   }
 
+  // Takes an indexed free block out of its index, cuts off the alignment padding in front
+  // and the unused tail (normal segments only), and answers the block that fits exactly.
+  // Needs two spare records (allocate_from reserves them).
+  Block* carve(Block* block, const Fit& fit);
+  // Records a carved block as a live allocation and counts it.
+  Block* make_live(Block* block, std::size_t requested);
   Block* split(Block* block, std::size_t first_size);
   void absorb_next(Block* block);
 
