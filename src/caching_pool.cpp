@@ -206,21 +206,33 @@ struct CachingPool::Impl {
       throw Error(name() + ": upstream resource returned null for " +
                   format_bytes(segment_size));
     }
-    auto* segment = new Segment{};
-    segment->base = reinterpret_cast<std::uintptr_t>(base);
-    segment->size = segment_size;
-    segment->huge = huge;
     std::lock_guard lock(shard.mutex);
-    Block* block = shard.add_segment(segment);
-    count_segment_added(segment_size);
+    Block* block = install_segment(shard, base, segment_size, huge, /*pinned=*/false);
     // The fresh segment fits by construction; take it directly so no other block wins.
     return shard.allocate_from(block, fit, bytes)->ptr();
   }
 
-  void count_segment_added(std::size_t size) {
-    counters.reserved_bytes.add(size);
-    counters.segments.add(1);
-    counters.segment_allocations.fetch_add(1, std::memory_order_relaxed);
+  // Wraps memory fresh from the resource in a segment of `shard` and answers its one free
+  // block. The caller holds shard.mutex. If the records cannot be made (std::bad_alloc),
+  // the memory goes back to the resource before the error propagates.
+  Block* install_segment(PoolShard& shard, void* base, std::size_t size, bool huge,
+                         bool pinned) {
+    try {
+      auto segment = std::make_unique<Segment>();
+      segment->base = reinterpret_cast<std::uintptr_t>(base);
+      segment->size = size;
+      segment->huge = huge;
+      segment->pinned = pinned;
+      Block* block = shard.add_segment(segment.get());
+      segment.release();  // owned by the shard's list from here on
+      counters.reserved_bytes.add(size);
+      counters.segments.add(1);
+      counters.segment_allocations.fetch_add(1, std::memory_order_relaxed);
+      return block;
+    } catch (...) {
+      upstream.deallocate(base, size, shard.stream);
+      throw;
+    }
   }
 
   // Moves a wholly free segment that fits from another shard to `shard` and allocates from
@@ -352,12 +364,8 @@ struct CachingPool::Impl {
     } catch (const Error&) {
       return;  // an optimisation only: the pool simply holds less now
     }
-    auto* segment = new Segment{};
-    segment->base = reinterpret_cast<std::uintptr_t>(base);
-    segment->size = target;
     std::lock_guard lock(shard.mutex);
-    shard.add_segment(segment);
-    count_segment_added(target);
+    install_segment(shard, base, target, /*huge=*/false, /*pinned=*/false);
     counters.consolidations.fetch_add(1, std::memory_order_relaxed);
   }
 
@@ -566,13 +574,8 @@ struct CachingPool::Impl {
     if (options.initial_reservation == 0) return;
     PoolShard& shard = shard_for(kDefaultStream);
     void* base = upstream.allocate(options.initial_reservation, shard.stream);
-    auto* segment = new Segment{};
-    segment->base = reinterpret_cast<std::uintptr_t>(base);
-    segment->size = options.initial_reservation;
-    segment->pinned = true;
     std::lock_guard lock(shard.mutex);
-    shard.add_segment(segment);
-    count_segment_added(segment->size);
+    install_segment(shard, base, options.initial_reservation, /*huge=*/false, /*pinned=*/true);
   }
 
   ~Impl() {
