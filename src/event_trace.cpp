@@ -7,12 +7,8 @@
 // the offending line and the earlier line it conflicts with.
 #include "sdalloc/event_trace.hpp"
 
-#include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -21,49 +17,16 @@
 #include <unordered_map>
 #include <utility>
 
+#include "quoted.hpp"
+#include "sdalloc/trace_text.hpp"
+
 namespace sdalloc {
 namespace {
 
+using detail::quoted;
+
 constexpr std::string_view kHeader3 = "op,id,size";
 constexpr std::string_view kHeader4 = "op,id,size,stream";
-
-std::string quoted(std::string_view text) {
-  std::string result;
-  result.reserve(text.size() + 2);
-  result.append(1, '\'').append(text).append(1, '\'');
-  return result;
-}
-
-// ---------------------------------------------------------------------------------------
-// Reading: zlib's gz* functions read gzip and plain files alike.
-
-std::string read_all(gzFile file, const std::string& source) {
-  std::string text;
-  std::array<char, 1 << 18> chunk;
-  for (;;) {
-    const int n = gzread(file, chunk.data(), static_cast<unsigned>(chunk.size()));
-    if (n > 0) {
-      text.append(chunk.data(), static_cast<std::size_t>(n));
-      continue;
-    }
-    int code = Z_OK;
-    const char* error_text = gzerror(file, &code);
-    const std::string message = error_text != nullptr ? error_text : "";  // gzclose frees it
-    // A truncated gzip stream ends with Z_BUF_ERROR ("unexpected end of file"), reported by
-    // gzerror and by gzclose, while gzread itself just returns the data it had.
-    const int close_code = gzclose(file);
-    if (n < 0 || code != Z_OK || close_code != Z_OK) {
-      const std::size_t line =
-          static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
-      std::string why = code == Z_BUF_ERROR || close_code == Z_BUF_ERROR
-                            ? "compressed data ends unexpectedly (truncated gzip file)"
-                            : std::string("cannot decompress: ") +
-                                  (code != Z_OK && !message.empty() ? message : "read error");
-      throw TraceFormatError(source, line, why);
-    }
-    return text;
-  }
-}
 
 // ---------------------------------------------------------------------------------------
 // Parsing.
@@ -250,26 +213,8 @@ std::size_t EventTrace::allocation_count() const {
 }
 
 EventTrace read_event_trace(const std::string& path) {
-  const bool from_stdin = path == "-";
-  const std::string source = from_stdin ? "<stdin>" : path;
-  gzFile file = nullptr;
-  if (from_stdin) {
-    // gzclose closes the descriptor it was given; keep standard input open for others.
-    const int fd = ::dup(STDIN_FILENO);
-    if (fd >= 0) file = gzdopen(fd, "rb");
-    if (file == nullptr && fd >= 0) ::close(fd);
-  } else {
-    file = gzopen(path.c_str(), "rb");
-  }
-  if (file == nullptr) {
-    const int error = errno;
-    throw TraceFormatError(
-        source, 0,
-        std::string("cannot open: ") + (error != 0 ? std::strerror(error) : "out of memory"));
-  }
-  gzbuffer(file, 1 << 18);
-  const std::string text = read_all(file, source);
-  return TraceParser(source, text).parse();
+  const TraceText text = read_trace_text(path);
+  return TraceParser(text.source, text.bytes).parse();
 }
 
 EventTrace parse_event_trace(std::istream& in, std::string source_name) {
