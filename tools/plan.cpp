@@ -1,0 +1,124 @@
+// sdalloc-plan - static memory planning for a known schedule of buffers.
+//
+//     sdalloc-plan INPUT [--output FILE] [--capacity B] [--time-limit S] [--json]
+//
+// INPUT is MiniMalloc's CSV (`id,lower,upper,size`) or an event trace (`op,id,size[,stream]`,
+// plain or gzip; time = event index, see sdalloc/planner.hpp). The planner runs the greedy
+// heuristics and the canonical search (sdalloc::plan) and prints the arena size, the lower
+// bound (peak live bytes), their ratio and the time; --json prints one object
+// {"arena": B, "lower_bound": B, "ratio": R, "seconds": S, "fits": bool} instead. --output
+// writes `id,lower,upper,size,offset`. With --capacity B the planner looks for a plan within
+// B bytes (suffixes K, M, G) and the exit status says whether it found one. Searches longer
+// than a second print progress on stderr.
+// Exit status: 0 a plan (within the capacity, if given), 1 bad input, 2 bad usage,
+// 3 no plan within the capacity was found in the time limit.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "sdalloc/errors.hpp"
+#include "sdalloc/event_trace.hpp"
+#include "sdalloc/planner.hpp"
+
+namespace {
+
+struct PlanToolOptions {
+  std::string input;
+  std::string output;
+  std::uint64_t capacity = 0;
+  double time_limit = 10.0;
+  bool json = false;
+};
+
+// MiniMalloc CSVs start with "id,"; anything else (including gzip) is read as an event trace.
+std::vector<sdalloc::Buffer> read_buffers(const std::string& path) {
+  if (path != "-") {
+    std::ifstream in(path);
+    std::string header;
+    if (in && std::getline(in, header) && header.rfind("id,", 0) == 0) {
+      return sdalloc::read_interval_csv(path);
+    }
+  }
+  return sdalloc::buffers_from_trace(sdalloc::read_event_trace(path));
+}
+
+int run(const PlanToolOptions& options) {
+  const std::vector<sdalloc::Buffer> buffers = read_buffers(options.input);
+  sdalloc::PlannerOptions planner_options;
+  planner_options.capacity = options.capacity;
+  planner_options.time_limit_seconds = options.time_limit;
+  planner_options.progress = [](const sdalloc::PlanProgress& progress) {
+    std::fprintf(stderr, "  %6.1f s  best arena %llu  lower bound %llu  %llu nodes\n",
+                 progress.seconds, static_cast<unsigned long long>(progress.best_arena),
+                 static_cast<unsigned long long>(progress.lower_bound),
+                 static_cast<unsigned long long>(progress.nodes));
+  };
+  const sdalloc::PlanResult result = sdalloc::plan(buffers, planner_options);
+
+  if (!options.output.empty()) {
+    std::ofstream out(options.output);
+    if (!out) throw sdalloc::InvalidArgument(options.output + ": cannot open for writing");
+    sdalloc::write_plan_csv(buffers, result.plan, out);
+    out.close();
+    if (!out) throw sdalloc::InvalidArgument(options.output + ": write failed");
+  }
+  const double ratio = result.lower_bound == 0 ? 1.0
+                                               : static_cast<double>(result.plan.arena_size) /
+                                                     static_cast<double>(result.lower_bound);
+  if (options.json) {
+    const nlohmann::json report = {{"arena", result.plan.arena_size},
+                                   {"lower_bound", result.lower_bound},
+                                   {"ratio", ratio},
+                                   {"seconds", result.seconds},
+                                   {"fits", result.fits}};
+    std::printf("%s\n", report.dump().c_str());
+  } else {
+    std::printf("buffers:     %zu\n", buffers.size());
+    std::printf("arena:       %s\n", sdalloc::format_bytes(result.plan.arena_size).c_str());
+    std::printf("lower bound: %s\n", sdalloc::format_bytes(result.lower_bound).c_str());
+    std::printf("ratio:       %.4f\n", ratio);
+    std::printf("method:      %s%s%s\n", result.method.c_str(), result.optimal ? " (optimal)" : "",
+                result.timed_out ? " (time limit)" : "");
+    if (options.capacity != 0) {
+      std::printf("capacity:    %s: %s\n", sdalloc::format_bytes(options.capacity).c_str(),
+                  result.fits ? "fits" : "no plan found within it");
+    }
+    std::printf("seconds:     %.3f\n", result.seconds);
+  }
+  return result.fits ? 0 : 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  PlanToolOptions options;
+  CLI::App app{"Plans offsets for buffers with known lifetimes in one arena."};
+  app.add_option("input", options.input, "MiniMalloc CSV (id,lower,upper,size) or event trace")
+      ->required();
+  app.add_option("--output,-o", options.output, "write id,lower,upper,size,offset here");
+  app.add_option("--capacity", options.capacity, "look for a plan within this many bytes")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::PositiveNumber);
+  app.add_option("--time-limit", options.time_limit, "seconds the planner may spend")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--json", options.json, "print one JSON object");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error) == 0 ? 0 : 2;
+  }
+  try {
+    return run(options);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "sdalloc-plan: error: %s\n", error.what());
+  }
+  return 1;
+}
