@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "decimal_field.hpp"
 #include "quoted.hpp"
 #include "sdalloc/trace_text.hpp"
 
@@ -177,17 +178,9 @@ class RmmLogParser {
   }
 
   std::uint64_t read_decimal(const char* what, std::string_view text) const {
-    if (text.empty()) fail(std::string(what) + " is empty");
-    for (const char c : text) {
-      if (c < '0' || c > '9') {
-        fail(std::string(what) + " " + quoted(text) + " is not a non-negative integer");
-      }
-    }
     std::uint64_t value = 0;
-    const auto result = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (result.ec != std::errc()) {
-      fail(std::string(what) + " " + quoted(text) + " is too large (more than 2^64 - 1)");
-    }
+    std::string fault;
+    if (!detail::parse_decimal_field(what, text, value, fault)) fail(fault);
     return value;
   }
 

@@ -13,51 +13,19 @@
 #include <string>
 
 #include "sdalloc/event_trace.hpp"
+#include "test_support.hpp"
 
 namespace sdalloc {
 namespace {
 
+using test::Contains;
+using test::read_file;
+using test::TempDir;
+using test::write_file;
+using test::write_gzip;
+
 const std::string kBundledTrace =
     std::string(SDALLOC_DATA_DIR) + "/traces/sd15_unet_b2_64x64_cpu_2pass.csv";
-
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << part << "' not found in:\n" << text;
-}
-
-// A directory of its own for each test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("sdalloc_" + std::string(test->name()) + "_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-void write_gzip(const std::string& path, const std::string& text) {
-  gzFile file = gzopen(path.c_str(), "wb9");
-  ASSERT_NE(file, nullptr);
-  ASSERT_EQ(gzwrite(file, text.data(), static_cast<unsigned>(text.size())),
-            static_cast<int>(text.size()));
-  ASSERT_EQ(gzclose(file), Z_OK);
-}
 
 EventTrace parse(const std::string& text) {
   std::istringstream in(text);

@@ -26,15 +26,15 @@
 #include "sdalloc/stats_resource.hpp"
 #include "sdalloc/stream_events.hpp"
 #include "sdalloc/trace_resource.hpp"
+#include "test_support.hpp"
 
 namespace sdalloc {
 namespace {
 
+using test::Contains;
+using test::TempDir;
+
 // Passes when `part` occurs in `text`; the failure message shows both.
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << part << "' not found in:\n" << text;
-}
 
 constexpr std::size_t kKiB = std::size_t{1} << 10;
 constexpr std::size_t kMiB = std::size_t{1} << 20;

@@ -10,17 +10,15 @@
 #include <string>
 
 #include "sdalloc/rmm_log.hpp"
+#include "test_support.hpp"
 
 namespace sdalloc {
 namespace {
 
+using test::Contains;
+
 const std::string kSampleLog = std::string(SDALLOC_DATA_DIR) + "/samples/rmm_log_sample.csv";
 const std::string kHeader = "Thread,Time,Action,Pointer,Size,Stream\n";
-
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << part << "' not found in:\n" << text;
-}
 
 // The message of the TraceFormatError that parsing `text` throws; fails the test if none.
 std::string ParseError(const std::string& text, std::size_t expected_line) {

@@ -12,50 +12,18 @@
 
 #include "sdalloc/rmm_log.hpp"
 #include "sdalloc/trace_input.hpp"
+#include "test_support.hpp"
 
 namespace sdalloc {
 namespace {
 
+using test::Contains;
+using test::read_file;
+using test::TempDir;
+using test::write_file;
+using test::write_gzip;
+
 const std::string kSampleLog = std::string(SDALLOC_DATA_DIR) + "/samples/rmm_log_sample.csv";
-
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << part << "' not found in:\n" << text;
-}
-
-// A directory of its own for each test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("sdalloc_input_" + std::string(test->name()) + "_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-void WriteGzip(const std::string& path, const std::string& text) {
-  gzFile file = gzopen(path.c_str(), "wb9");
-  ASSERT_NE(file, nullptr);
-  ASSERT_EQ(gzwrite(file, text.data(), static_cast<unsigned>(text.size())),
-            static_cast<int>(text.size()));
-  ASSERT_EQ(gzclose(file), Z_OK);
-}
 
 // The TraceFormatError read_any_trace(path) throws; fails the test if none.
 TraceFormatError ReadError(const std::string& path) {
@@ -71,7 +39,7 @@ TraceFormatError ReadError(const std::string& path) {
 TEST(TraceInput, EventTraceIsReadAsEventTrace) {
   TempDir dir;
   const std::string path = dir.file("trace.csv");
-  WriteFile(path, "op,id,size,stream\na,0,4096,0\na,1,100,2\nf,0,4096,1\n");
+  write_file(path, "op,id,size,stream\na,0,4096,0\na,1,100,2\nf,0,4096,1\n");
   const TraceInput input = read_trace_input(path);
   EXPECT_EQ(input.format, TraceFormat::kEventTrace);
   EXPECT_TRUE(input.notes.empty());
@@ -107,13 +75,13 @@ TEST(TraceInput, ReadAnyTraceGivesTheSameEventsAsTheFormatsOwnReader) {
 TEST(TraceInput, GzipFilesOfBothFormatsAreRead) {
   TempDir dir;
   const std::string log = dir.file("rmm.csv.gz");
-  WriteGzip(log, ReadFile(kSampleLog));
+  write_gzip(log, read_file(kSampleLog));
   const TraceInput rmm = read_trace_input(log);
   EXPECT_EQ(rmm.format, TraceFormat::kRmmLog);
   EXPECT_EQ(rmm.trace.peak_live_bytes(), 4194816u);
 
   const std::string trace = dir.file("trace.gz");
-  WriteGzip(trace, "op,id,size\na,0,10\nf,0,10\n");
+  write_gzip(trace, "op,id,size\na,0,10\nf,0,10\n");
   const TraceInput events = read_trace_input(trace);
   EXPECT_EQ(events.format, TraceFormat::kEventTrace);
   EXPECT_EQ(events.trace.events.size(), 2u);
@@ -122,11 +90,11 @@ TEST(TraceInput, GzipFilesOfBothFormatsAreRead) {
 TEST(TraceInput, TruncatedGzipIsRejected) {
   TempDir dir;
   const std::string whole = dir.file("whole.csv.gz");
-  WriteGzip(whole, ReadFile(kSampleLog));
-  const std::string bytes = ReadFile(whole);
+  write_gzip(whole, read_file(kSampleLog));
+  const std::string bytes = read_file(whole);
   for (const std::size_t keep : {bytes.size() / 2, bytes.size() - 4}) {
     const std::string path = dir.file("cut.csv.gz");
-    WriteFile(path, bytes.substr(0, keep));
+    write_file(path, bytes.substr(0, keep));
     const TraceFormatError error = ReadError(path);
     EXPECT_GE(error.line, 1u);
     EXPECT_TRUE(Contains(error.what(), path + ":"));
@@ -137,7 +105,7 @@ TEST(TraceInput, TruncatedGzipIsRejected) {
 TEST(TraceInput, StandardInputIsRead) {
   TempDir dir;
   const std::string path = dir.file("stdin.csv");
-  WriteFile(path, ReadFile(kSampleLog));
+  write_file(path, read_file(kSampleLog));
   const int saved = ::dup(STDIN_FILENO);
   ASSERT_GE(saved, 0);
   const int fd = ::open(path.c_str(), O_RDONLY);
@@ -163,7 +131,7 @@ TEST(TraceInput, PickleIsRejectedWithTheConverterToRun) {
   TempDir dir;
   const std::string path = dir.file("snapshot.pickle");
   // What pickle.dump writes first with protocol 4 (Python's default): PROTO 4, FRAME.
-  WriteFile(path, std::string("\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94.", 14));
+  write_file(path, std::string("\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}\x94.", 14));
   const TraceFormatError error = ReadError(path);
   EXPECT_EQ(error.line, 1u);
   EXPECT_TRUE(Contains(error.what(), "PyTorch memory snapshot"));
@@ -173,21 +141,21 @@ TEST(TraceInput, PickleIsRejectedWithTheConverterToRun) {
 TEST(TraceInput, GzippedPickleIsRejectedToo) {
   TempDir dir;
   const std::string path = dir.file("snapshot.pickle.gz");
-  WriteGzip(path, std::string("\x80\x02}q\x00.", 6));
+  write_gzip(path, std::string("\x80\x02}q\x00.", 6));
   EXPECT_TRUE(Contains(ReadError(path).what(), "tools/torch_snapshot_to_trace.py"));
 }
 
 TEST(TraceInput, ZipArchiveIsRejected) {
   TempDir dir;
   const std::string path = dir.file("model.pt");
-  WriteFile(path, std::string("PK\x03\x04\x14\x00\x00\x00", 8));
+  write_file(path, std::string("PK\x03\x04\x14\x00\x00\x00", 8));
   EXPECT_TRUE(Contains(ReadError(path).what(), "zip archive"));
 }
 
 TEST(TraceInput, UnknownHeaderIsRejectedNamingIt) {
   TempDir dir;
   const std::string path = dir.file("other.csv");
-  WriteFile(path, "time,bytes\n1,2\n");
+  write_file(path, "time,bytes\n1,2\n");
   const TraceFormatError error = ReadError(path);
   EXPECT_EQ(error.line, 1u);
   EXPECT_TRUE(Contains(error.what(), path + ":1: unrecognised trace format: first line is "
@@ -198,14 +166,14 @@ TEST(TraceInput, UnknownHeaderIsRejectedNamingIt) {
 TEST(TraceInput, BinaryDataIsNotEchoed) {
   TempDir dir;
   const std::string path = dir.file("random.bin");
-  WriteFile(path, std::string("\x01\x02\xff\xfe\x00\x10", 6));
+  write_file(path, std::string("\x01\x02\xff\xfe\x00\x10", 6));
   EXPECT_TRUE(Contains(ReadError(path).what(), "first line is binary data"));
 }
 
 TEST(TraceInput, EmptyFileIsRejected) {
   TempDir dir;
   const std::string path = dir.file("empty.csv");
-  WriteFile(path, "");
+  write_file(path, "");
   EXPECT_TRUE(Contains(ReadError(path).what(), path + ":1: empty file"));
 }
 
@@ -218,11 +186,11 @@ TEST(TraceInput, MissingFileIsRejected) {
 TEST(TraceInput, ErrorsOfTheChosenReaderNameFileAndLine) {
   TempDir dir;
   const std::string log = dir.file("rmm.csv");
-  WriteFile(log, "Thread,Time,Action,Pointer,Size,Stream\n1,t,free,0x10,8,0\n");
+  write_file(log, "Thread,Time,Action,Pointer,Size,Stream\n1,t,free,0x10,8,0\n");
   EXPECT_TRUE(Contains(ReadError(log).what(), log + ":2: free of pointer 0x10"));
 
   const std::string trace = dir.file("trace.csv");
-  WriteFile(trace, "op,id,size\na,0,8\nf,0,9\n");
+  write_file(trace, "op,id,size\na,0,8\nf,0,9\n");
   EXPECT_TRUE(Contains(ReadError(trace).what(), trace + ":3: free of id 0 with size 9"));
 }
 
