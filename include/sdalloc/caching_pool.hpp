@@ -8,6 +8,9 @@
 //  - Sizes round up to 512 bytes (kRounding); every block is at least 512-byte aligned.
 //  - Best fit: the smallest free block that fits, lowest address on ties, found in
 //    O(log n) in a tree keyed by (size, address). The rest of the block is split off.
+//  - Quick lists: a freed block first waits, unmerged, in a list for its exact size, and
+//    the next request of that size takes it back in O(1). A request that misses the lists
+//    merges them all before it searches, so best fit always sees every free byte.
 //  - Huge requests (>= huge_threshold) get a segment of their own, and such "huge" blocks are
 //    reused only by requests close to their size (within 1/8, or one granularity). Splitting
 //    a freed 1 GiB attention buffer for small tensors would strand it: the next 1 GiB
@@ -31,8 +34,9 @@
 // Streams: each stream has its own shard (lock, free blocks, live pointers). A block freed
 // on stream S is reused at once on S. A block freed on S but allocated on T returns to T's
 // shard only once the event recorded on S has completed (polled, never waited for, on the
-// allocation path). A wholly free segment moves between shards when a shard misses. On host
-// memory (HostStreamEvents) every event is complete at once.
+// allocation path). A wholly free segment moves to a shard that misses once the stream
+// that last used it is idle. On host memory (HostStreamEvents) every event is complete and
+// every stream idle at once.
 //
 // Thread-safety: all members may be called concurrently. The cache-hit path takes one lock
 // (its stream's shard), makes no system call and allocates no heap memory once the pool has
@@ -41,8 +45,9 @@
 //
 // Errors (all leave the pool unchanged and usable):
 //  - OutOfMemory: as above. Also for sizes above kMaxAllocation.
-//  - InvalidArgument: alignment not a power of two or above kMaxAlignment; a deallocate
-//    whose byte count differs from the allocation's; bad options (at construction).
+//  - InvalidArgument: alignment not a power of two (0 included) or above kMaxAlignment; a
+//    deallocate whose byte count differs from the allocation's; bad options (at
+//    construction).
 //  - InvalidPointer: free of a pointer that is not a live allocation of this pool (never
 //    handed out, freed already, or pointing inside a block).
 //
