@@ -217,19 +217,20 @@ struct CachingPool::Impl {
   // the memory goes back to the resource before the error propagates.
   Block* install_segment(PoolShard& shard, void* base, std::size_t size, bool huge,
                          bool pinned) {
+    Segment* segment = nullptr;
     try {
-      auto segment = std::make_unique<Segment>();
+      segment = new Segment{};
       segment->base = reinterpret_cast<std::uintptr_t>(base);
       segment->size = size;
       segment->huge = huge;
       segment->pinned = pinned;
-      Block* block = shard.add_segment(segment.get());
-      segment.release();  // owned by the shard's list from here on
+      Block* block = shard.add_segment(segment);  // from here the shard's list owns it
       counters.reserved_bytes.add(size);
       counters.segments.add(1);
       counters.segment_allocations.fetch_add(1, std::memory_order_relaxed);
       return block;
     } catch (...) {
+      delete segment;  // add_segment fails only before it links the segment
       upstream.deallocate(base, size, shard.stream);
       throw;
     }

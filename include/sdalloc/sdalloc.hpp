@@ -6,6 +6,8 @@
 #include "sdalloc/event_trace.hpp"
 #include "sdalloc/host_resource.hpp"
 #include "sdalloc/limit_resource.hpp"
+#include "sdalloc/planned_arena.hpp"
+#include "sdalloc/planner.hpp"
 #include "sdalloc/pool_stats.hpp"
 #include "sdalloc/rmm_log.hpp"
 #include "sdalloc/resource.hpp"

@@ -26,6 +26,7 @@
 #include "sdalloc/caching_pool.hpp"
 #include "sdalloc/host_resource.hpp"
 #include "sdalloc/limit_resource.hpp"
+#include "sdalloc/planned_arena.hpp"
 #include "sdalloc/stats_resource.hpp"
 #include "sdalloc/trace_resource.hpp"
 
@@ -204,6 +205,25 @@ struct PoolOverTraceConfig : PoolTraits {
   CachingPool caching_pool{trace, pool_options()};
 };
 
+// ---- planned arenas ------------------------------------------------------------------------
+
+// A PlannedArena inside a step that never ends, with no plan yet: every request is served by
+// its fallback pool and every default-stream request is recorded under the arena's lock.
+struct PlannedArenaRecordingConfig : PoolTraits {
+  static constexpr const char* kName = "PlannedArenaRecording";
+  static constexpr bool kIsPool = false;  // the top of the stack is not a CachingPool
+  PlannedArenaRecordingConfig() { arena.begin_step(); }
+  MemoryResource& resource() { return arena; }
+  void expect_accounting(const ReferenceModel& model) {
+    expect_pool_matches(arena.fallback_pool(), model);
+    const PoolStats s = arena.stats();
+    EXPECT_EQ(s.live_bytes, model.totals().bytes);
+    EXPECT_EQ(s.live_allocations, model.totals().count);
+  }
+  HostResource host;
+  PlannedArena arena{host};
+};
+
 // ---- the lists the typed suites run over ---------------------------------------------------
 
 using AllConfigurations =
@@ -211,7 +231,7 @@ using AllConfigurations =
                      TraceOverHostConfig, PoolConfig, PoolWithInitialReservationConfig,
                      PoolKeepingCacheOnGrowthConfig, PoolWithSmallSegmentsConfig,
                      PoolWithSmallHugeThresholdConfig, PoolOverLimitConfig, StatsOverPoolConfig,
-                     PoolOverTraceConfig>;
+                     PoolOverTraceConfig, PlannedArenaRecordingConfig>;
 
 using PoolConfigurations =
     ::testing::Types<PoolConfig, PoolWithInitialReservationConfig, PoolKeepingCacheOnGrowthConfig,

@@ -1,0 +1,124 @@
+// sdalloc/planned_arena.hpp - an allocator that replays a planned iteration from one arena.
+//
+// Inference loops (the UNet steps of a diffusion sampler) make the same allocations in the
+// same order every iteration. PlannedArena records that order once, plans every buffer an
+// offset in one arena with sdalloc::plan() (planner.hpp), and then serves later iterations
+// from the arena by position: the k-th allocation of a step gets arena + offset[k]. No
+// search, no splitting, no merging, and the arena is as small as the planner can make it.
+//
+// Steps are marked by the caller: begin_step() ... end_step().
+//  - Without a plan, a step is recorded: every request is served by the fallback CachingPool
+//    and its (rounded size, alignment) and the order of allocations and frees are noted.
+//    end_step() plans the recording (buffers live at end_step() live to the end of the step),
+//    reserves ONE arena of the plan's size from the upstream resource, and the next step is
+//    served from it. A step with no allocations plans nothing; the next step records again.
+//  - In a planned step, the step follows the plan while each allocation and each free of an
+//    arena pointer is exactly the next event of the recording (an allocation: same size
+//    after rounding to CachingPool::kRounding and same alignment; a free: the buffer the
+//    recording freed at that position). The first event that differs - a new size, an extra
+//    allocation, a free in another order, a free on another stream than the plan stream -
+//    makes the step divergent: that request and every later allocation of the step go to the
+//    fallback pool. A step that ends before the recording did is divergent too. Nothing fails.
+//  - A step that begins while arena memory is still live (a buffer kept across end_step) is
+//    divergent from its start, since its slots could overlap memory in use.
+//  - After `replan_after_divergent_steps` divergent steps in a row the plan is dropped and
+//    the next step is recorded again. The old arena is returned to the upstream resource as
+//    soon as none of its memory is live.
+// Allocations outside a step go to the fallback pool and are not recorded.
+//
+// Why this is safe: while a step follows the recording event for event, the set of live
+// arena buffers is exactly the set the recording had live at that position, and the plan
+// gives buffers whose lifetimes intersect disjoint bytes. So a slot is never handed out while
+// its previous occupant is live. Once a step diverges no arena memory is handed out until the
+// next step, which starts with the arena empty.
+//
+// Streams: a plan is the sequence of one stream (options.plan_stream). Requests on any other
+// stream go straight to the fallback pool and are neither recorded nor checked. Arena memory
+// is reused at once on the plan stream, so it must be freed on the plan stream (a free on
+// another stream is accepted but makes the step divergent; the caller promises, as for any
+// resource, that the work using the memory is ordered before the plan stream's next step).
+//
+// Thread-safety: all members may be called concurrently. One mutex guards the recording, the
+// plan and the arena's bookkeeping; plan-stream requests and every free take it. Requests on
+// other streams only take the fallback pool's own locks.
+//
+// Errors (leave the object unchanged and usable): zero bytes -> nullptr; sizes and
+// alignments as CachingPool (OutOfMemory above kMaxAllocation, InvalidArgument for a bad
+// alignment); a free of a pointer that is not live here -> InvalidPointer; a free with
+// another byte count -> InvalidArgument; begin_step() inside a step or end_step() outside
+// one -> InvalidArgument. If the arena cannot be reserved at end_step() (OutOfMemory
+// upstream) the plan is discarded, counted in arena_failures, and the next step records.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "sdalloc/caching_pool.hpp"
+#include "sdalloc/pool_stats.hpp"
+#include "sdalloc/resource.hpp"
+#include "sdalloc/stream.hpp"
+
+namespace sdalloc {
+
+struct PlannedArenaOptions {
+  std::size_t replan_after_divergent_steps = 3;  // divergent steps in a row that drop a plan
+  Stream plan_stream = kDefaultStream;           // the stream whose sequence is planned
+  double planner_time_limit_seconds = 1.0;       // per plan, spent inside end_step()
+  CachingPoolOptions fallback = {};              // options of the fallback pool
+
+  // Throws InvalidArgument for replan_after_divergent_steps == 0, a negative time limit, or
+  // bad fallback options.
+  void validate() const;
+};
+
+struct PlannedArenaCounters {
+  std::uint64_t planned_allocations = 0;   // served from an arena
+  std::uint64_t fallback_allocations = 0;  // served by the fallback pool (all streams)
+  std::uint64_t recorded_steps = 0;        // steps recorded (each produced a plan or nothing)
+  std::uint64_t planned_steps = 0;         // steps begun with a plan
+  std::uint64_t divergent_steps = 0;       // planned steps that diverged
+  std::uint64_t replans = 0;               // plans dropped after too many divergent steps
+  std::uint64_t arena_failures = 0;        // plans discarded because the arena was refused
+};
+
+class PlannedArena final : public MemoryResource {
+ public:
+  // The upstream resource must outlive this object.
+  explicit PlannedArena(MemoryResource& upstream, PlannedArenaOptions options = {});
+  ~PlannedArena() override;
+
+  using MemoryResource::allocate;
+  // Like allocate(bytes, stream) with a stricter alignment (rules as CachingPool).
+  void* allocate(std::size_t bytes, std::size_t alignment, Stream stream);
+
+  void begin_step();
+  void end_step();
+
+  bool has_plan() const;
+  // Bytes the current plan needs (0 without a plan); the arena reserved may be slightly
+  // larger to align its base.
+  std::size_t planned_arena_size() const;
+  // Events (allocations and frees) in the current plan's recording.
+  std::size_t planned_events() const;
+
+  // Arena and fallback pool together: reserved includes the arena(s); current figures are
+  // exact; peaks are the sum of the arena's and the pool's peaks (an upper bound).
+  PoolStats stats() const;
+  PlannedArenaCounters counters() const;
+  CachingPool& fallback_pool();
+
+  std::string name() const override;
+  std::size_t capacity() const override;
+
+  struct Impl;
+
+ private:
+  void* do_allocate(std::size_t bytes, Stream stream) override;
+  void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
+
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sdalloc

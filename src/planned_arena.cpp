@@ -1,0 +1,460 @@
+// planned_arena.cpp - PlannedArena: record one step, plan it, serve later steps by position.
+#include "sdalloc/planned_arena.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "sdalloc/errors.hpp"
+#include "sdalloc/planner.hpp"
+
+namespace sdalloc {
+namespace {
+
+constexpr std::size_t kRounding = CachingPool::kRounding;
+
+bool is_power_of_two(std::size_t v) { return v != 0 && (v & (v - 1)) == 0; }
+std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to * to; }
+
+// One allocation of the recorded step; slot k is the k-th allocation.
+struct Slot {
+  std::size_t rounded = 0;    // size after rounding to kRounding: what must match
+  std::size_t alignment = 0;  // max(requested alignment, kRounding): must match too
+  std::int64_t allocated_at = 0;  // event index of the allocation
+  std::int64_t freed_at = -1;     // event index of the free, -1 while live
+  std::size_t offset = 0;         // in the arena, once planned
+  std::size_t offset_index = 0;   // index into Arena::offsets
+};
+
+// The recorded sequence: an allocation of slot k, or the free of slot k.
+struct Event {
+  bool is_alloc;
+  std::uint32_t slot;
+};
+
+// One reserved arena and the bookkeeping of which planned buffer occupies which offset.
+// While the plan is followed at most one live buffer starts at any offset; a free looks the
+// offset up by binary search, so the hot path allocates no memory.
+struct Arena {
+  void* segment = nullptr;
+  std::size_t segment_bytes = 0;
+  std::uintptr_t base = 0;
+  std::size_t size = 0;                 // plan.arena_size
+  std::vector<std::size_t> offsets;     // distinct planned offsets, sorted
+  std::vector<std::int64_t> occupant;   // per offset: live slot or -1
+  std::vector<std::size_t> requested;   // per slot: bytes asked for while live
+  std::vector<std::size_t> rounded;     // per slot: rounded size
+  std::size_t live_count = 0;
+  std::size_t live_bytes = 0;
+  std::size_t allocated_bytes = 0;
+
+  bool contains(std::uintptr_t p) const { return p >= base && p < base + size; }
+};
+
+}  // namespace
+
+void PlannedArenaOptions::validate() const {
+  if (replan_after_divergent_steps == 0) {
+    throw InvalidArgument("PlannedArenaOptions: replan_after_divergent_steps must be >= 1");
+  }
+  if (!(planner_time_limit_seconds >= 0.0)) {
+    throw InvalidArgument("PlannedArenaOptions: planner_time_limit_seconds must be >= 0");
+  }
+  fallback.validate();
+}
+
+struct PlannedArena::Impl {
+  Impl(MemoryResource& up, PlannedArenaOptions opts)
+      : upstream(up), options(validated(opts)), pool(up, options.fallback) {}
+
+  static PlannedArenaOptions validated(PlannedArenaOptions opts) {
+    opts.validate();
+    return opts;
+  }
+
+  ~Impl() {
+    if (current) release(*current);
+    for (auto& arena : retired) release(*arena);
+  }
+
+  MemoryResource& upstream;
+  const PlannedArenaOptions options;
+  CachingPool pool;
+
+  mutable std::mutex mutex;
+  // The plan: slots and events of the recording, and the arena that serves them.
+  std::vector<Slot> slots;
+  std::vector<Event> events;
+  std::unique_ptr<Arena> current;
+  // Arenas of dropped plans that still hold live memory; released when they empty.
+  std::vector<std::unique_ptr<Arena>> retired;
+
+  // The step in progress.
+  bool in_step = false;
+  bool recording = false;  // in_step and no plan: the step is being recorded
+  bool divergent = false;  // in a planned step: the step left the plan
+  std::size_t cursor = 0;  // next event of the plan the step must match
+  std::unordered_map<void*, std::uint32_t> recording_live;  // fallback ptr -> slot
+  std::size_t divergent_in_a_row = 0;
+
+  PlannedArenaCounters counters;
+  std::size_t arena_peak_live = 0;
+  std::size_t arena_peak_allocated = 0;
+  std::size_t arena_peak_live_allocations = 0;
+  std::size_t arena_peak_segments = 0;
+  std::uint64_t arena_allocations = 0;
+  std::uint64_t arena_frees = 0;
+  std::uint64_t arena_segment_allocations = 0;
+  std::uint64_t arena_segment_releases = 0;
+
+  void release(Arena& arena) {
+    upstream.deallocate(arena.segment, arena.segment_bytes, options.plan_stream);
+    ++arena_segment_releases;
+  }
+
+  std::size_t arena_count() const { return (current ? 1 : 0) + retired.size(); }
+
+  template <typename F>
+  std::size_t sum_arenas(F figure) const {
+    std::size_t total = current ? figure(*current) : 0;
+    for (const auto& arena : retired) total += figure(*arena);
+    return total;
+  }
+
+  void diverge() {
+    if (!divergent) {
+      divergent = true;
+      ++counters.divergent_steps;
+    }
+  }
+
+  bool planned_step_active() const { return in_step && !recording && current != nullptr; }
+
+  void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) {
+    if (!(stream == options.plan_stream)) {
+      void* p = pool.allocate(bytes, alignment, stream);
+      if (p != nullptr) count_fallback();
+      return p;
+    }
+    const bool valid = is_power_of_two(alignment) && alignment <= CachingPool::kMaxAlignment &&
+                       bytes <= CachingPool::kMaxAllocation;
+    if (!valid || bytes == 0) return pool.allocate(bytes, alignment, stream);  // throws or null
+
+    std::lock_guard<std::mutex> lock(mutex);
+    const std::size_t rounded = round_up(bytes, kRounding);
+    const std::size_t effective_alignment = std::max(alignment, kRounding);
+    if (planned_step_active() && !divergent) {
+      if (void* p = try_planned(bytes, rounded, effective_alignment)) return p;
+      diverge();
+    }
+    void* p = pool.allocate(bytes, alignment, stream);
+    ++counters.fallback_allocations;
+    if (in_step && recording) record_allocation(p, rounded, effective_alignment);
+    return p;
+  }
+
+  void count_fallback() {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++counters.fallback_allocations;
+  }
+
+  void* try_planned(std::size_t bytes, std::size_t rounded, std::size_t alignment) {
+    if (cursor >= events.size() || !events[cursor].is_alloc) return nullptr;
+    const std::uint32_t k = events[cursor].slot;
+    const Slot& slot = slots[k];
+    if (slot.rounded != rounded || slot.alignment != alignment) return nullptr;
+    Arena& arena = *current;
+    // Cannot happen while the step follows the recording; checked so that a bug here shows
+    // as a fallback, never as two live buffers at one address.
+    if (arena.occupant[slot.offset_index] != -1) return nullptr;
+    arena.occupant[slot.offset_index] = k;
+    arena.requested[k] = bytes;
+    ++arena.live_count;
+    arena.live_bytes += bytes;
+    arena.allocated_bytes += rounded;
+    ++cursor;
+    ++counters.planned_allocations;
+    ++arena_allocations;
+    update_arena_peaks();
+    return reinterpret_cast<void*>(arena.base + slot.offset);
+  }
+
+  void update_arena_peaks() {
+    arena_peak_live = std::max(arena_peak_live, sum_arenas([](const Arena& a) {
+                                 return a.live_bytes;
+                               }));
+    arena_peak_allocated = std::max(arena_peak_allocated, sum_arenas([](const Arena& a) {
+                                      return a.allocated_bytes;
+                                    }));
+    arena_peak_live_allocations =
+        std::max(arena_peak_live_allocations,
+                 sum_arenas([](const Arena& a) { return a.live_count; }));
+  }
+
+  void record_allocation(void* p, std::size_t rounded, std::size_t alignment) {
+    const auto k = static_cast<std::uint32_t>(slots.size());
+    Slot slot;
+    slot.rounded = rounded;
+    slot.alignment = alignment;
+    slot.allocated_at = static_cast<std::int64_t>(events.size());
+    slots.push_back(slot);
+    events.push_back(Event{true, k});
+    recording_live.emplace(p, k);
+  }
+
+  void deallocate(void* ptr, std::size_t bytes, Stream stream) {
+    if (ptr == nullptr) return;
+    std::unique_lock<std::mutex> lock(mutex);
+    const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+    if (current && current->contains(addr)) {
+      free_in_arena(*current, addr, bytes, stream, /*is_current=*/true);
+      return;
+    }
+    for (auto it = retired.begin(); it != retired.end(); ++it) {
+      if (!(*it)->contains(addr)) continue;
+      free_in_arena(**it, addr, bytes, stream, /*is_current=*/false);
+      if ((*it)->live_count == 0) {
+        release(**it);
+        retired.erase(it);
+      }
+      return;
+    }
+    if (!(in_step && recording)) {
+      lock.unlock();
+      pool.deallocate(ptr, bytes, stream);  // checks the pointer and the size
+      return;
+    }
+    pool.deallocate(ptr, bytes, stream);
+    auto it = recording_live.find(ptr);
+    if (it != recording_live.end()) {
+      slots[it->second].freed_at = static_cast<std::int64_t>(events.size());
+      events.push_back(Event{false, it->second});
+      recording_live.erase(it);
+    }
+  }
+
+  void free_in_arena(Arena& arena, std::uintptr_t addr, std::size_t bytes, Stream stream,
+                     bool is_current) {
+    const std::size_t offset = addr - arena.base;
+    const auto pos = std::lower_bound(arena.offsets.begin(), arena.offsets.end(), offset);
+    const auto index = static_cast<std::size_t>(pos - arena.offsets.begin());
+    if (pos == arena.offsets.end() || *pos != offset || arena.occupant[index] == -1) {
+      throw InvalidPointer(name() + ": free of a pointer that is not a live allocation (" +
+                               "freed already, or inside a planned buffer)",
+                           reinterpret_cast<const void*>(addr));
+    }
+    const auto k = static_cast<std::size_t>(arena.occupant[index]);
+    if (arena.requested[k] != bytes) {
+      throw InvalidArgument(name() + ": free of " + std::to_string(bytes) +
+                            " bytes, but the allocation was " +
+                            std::to_string(arena.requested[k]) + " bytes");
+    }
+    if (is_current && planned_step_active() && !divergent) {
+      const bool expected = stream == options.plan_stream && cursor < events.size() &&
+                            !events[cursor].is_alloc && events[cursor].slot == k;
+      if (expected) {
+        ++cursor;
+      } else {
+        diverge();
+      }
+    }
+    arena.occupant[index] = -1;
+    --arena.live_count;
+    arena.live_bytes -= arena.requested[k];
+    arena.allocated_bytes -= arena.rounded[k];
+    arena.requested[k] = 0;
+    ++arena_frees;
+  }
+
+  void begin_step() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (in_step) throw InvalidArgument(name() + ": begin_step() while a step is in progress");
+    in_step = true;
+    divergent = false;
+    cursor = 0;
+    recording = current == nullptr;
+    if (recording) {
+      slots.clear();
+      events.clear();
+      recording_live.clear();
+      return;
+    }
+    ++counters.planned_steps;
+    // Buffers kept from the previous step could overlap this step's slots.
+    if (current->live_count != 0) diverge();
+  }
+
+  void end_step() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!in_step) throw InvalidArgument(name() + ": end_step() without begin_step()");
+    in_step = false;
+    if (recording) {
+      recording = false;
+      recording_live.clear();
+      ++counters.recorded_steps;
+      make_plan();
+      return;
+    }
+    if (!divergent && cursor != events.size()) diverge();  // the step stopped early
+    if (!divergent) {
+      divergent_in_a_row = 0;
+      return;
+    }
+    divergent = false;
+    if (++divergent_in_a_row < options.replan_after_divergent_steps) return;
+    divergent_in_a_row = 0;
+    ++counters.replans;
+    drop_plan();
+  }
+
+  void drop_plan() {
+    if (current) {
+      if (current->live_count == 0) {
+        release(*current);
+      } else {
+        retired.push_back(std::move(current));
+      }
+      current.reset();
+    }
+    slots.clear();
+    events.clear();
+  }
+
+  void make_plan() {
+    if (slots.empty()) {
+      events.clear();
+      return;
+    }
+    std::vector<Buffer> buffers;
+    buffers.reserve(slots.size());
+    std::size_t max_alignment = kRounding;
+    const auto end = static_cast<std::int64_t>(events.size());
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+      const Slot& s = slots[k];
+      buffers.push_back(Buffer{.id = k,
+                               .lower = s.allocated_at,
+                               .upper = s.freed_at >= 0 ? s.freed_at : end,
+                               .size = s.rounded,
+                               .alignment = s.alignment});
+      max_alignment = std::max(max_alignment, s.alignment);
+    }
+    PlannerOptions planner_options;
+    planner_options.time_limit_seconds = options.planner_time_limit_seconds;
+    const PlanResult result = plan(buffers, planner_options);
+
+    auto arena = std::make_unique<Arena>();
+    arena->size = static_cast<std::size_t>(result.plan.arena_size);
+    // The upstream guarantees kMinAlignment; stricter planned alignments need slack to align
+    // the base.
+    arena->segment_bytes =
+        arena->size + (max_alignment > kMinAlignment ? max_alignment - kMinAlignment : 0);
+    try {
+      arena->segment = upstream.allocate(arena->segment_bytes, options.plan_stream);
+    } catch (const OutOfMemory&) {
+      ++counters.arena_failures;
+      slots.clear();
+      events.clear();
+      return;
+    }
+    ++arena_segment_allocations;
+    arena->base = round_up(reinterpret_cast<std::uintptr_t>(arena->segment), max_alignment);
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+      slots[k].offset = static_cast<std::size_t>(result.plan.offsets[k]);
+      arena->offsets.push_back(slots[k].offset);
+    }
+    std::sort(arena->offsets.begin(), arena->offsets.end());
+    arena->offsets.erase(std::unique(arena->offsets.begin(), arena->offsets.end()),
+                         arena->offsets.end());
+    for (Slot& s : slots) {
+      s.offset_index = static_cast<std::size_t>(
+          std::lower_bound(arena->offsets.begin(), arena->offsets.end(), s.offset) -
+          arena->offsets.begin());
+      arena->rounded.push_back(s.rounded);
+    }
+    arena->occupant.assign(arena->offsets.size(), -1);
+    arena->requested.assign(slots.size(), 0);
+    current = std::move(arena);
+    arena_peak_segments = std::max(arena_peak_segments, arena_count());
+  }
+
+  PoolStats stats() const {
+    PoolStats s = pool.stats();
+    std::lock_guard<std::mutex> lock(mutex);
+    const std::size_t live = sum_arenas([](const Arena& a) { return a.live_bytes; });
+    const std::size_t allocated = sum_arenas([](const Arena& a) { return a.allocated_bytes; });
+    const std::size_t reserved = sum_arenas([](const Arena& a) { return a.segment_bytes; });
+    const std::size_t count = sum_arenas([](const Arena& a) { return a.live_count; });
+    s.live_bytes += live;
+    s.peak_live_bytes += arena_peak_live;
+    s.allocated_bytes += allocated;
+    s.peak_allocated_bytes += arena_peak_allocated;
+    s.reserved_bytes += reserved;
+    s.peak_reserved_bytes = std::max(s.peak_reserved_bytes + reserved, s.reserved_bytes);
+    s.live_allocations += count;
+    s.peak_live_allocations += arena_peak_live_allocations;
+    s.allocations += arena_allocations;
+    s.frees += arena_frees;
+    s.segments += arena_count();
+    s.peak_segments += arena_peak_segments;
+    s.segment_allocations += arena_segment_allocations;
+    s.segment_releases += arena_segment_releases;
+    s.free_bytes = s.reserved_bytes - s.allocated_bytes;
+    return s;
+  }
+
+  std::string name() const { return "planned(" + upstream.name() + ")"; }
+};
+
+PlannedArena::PlannedArena(MemoryResource& upstream, PlannedArenaOptions options)
+    : impl_(std::make_unique<Impl>(upstream, options)) {}
+
+PlannedArena::~PlannedArena() = default;
+
+void* PlannedArena::allocate(std::size_t bytes, std::size_t alignment, Stream stream) {
+  return impl_->allocate(bytes, alignment, stream);
+}
+
+void* PlannedArena::do_allocate(std::size_t bytes, Stream stream) {
+  return impl_->allocate(bytes, kRounding, stream);
+}
+
+void PlannedArena::do_deallocate(void* ptr, std::size_t bytes, Stream stream) {
+  impl_->deallocate(ptr, bytes, stream);
+}
+
+void PlannedArena::begin_step() { impl_->begin_step(); }
+void PlannedArena::end_step() { impl_->end_step(); }
+
+bool PlannedArena::has_plan() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->current != nullptr;
+}
+
+std::size_t PlannedArena::planned_arena_size() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->current ? impl_->current->size : 0;
+}
+
+std::size_t PlannedArena::planned_events() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->current ? impl_->events.size() : 0;
+}
+
+PoolStats PlannedArena::stats() const { return impl_->stats(); }
+
+PlannedArenaCounters PlannedArena::counters() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->counters;
+}
+
+CachingPool& PlannedArena::fallback_pool() { return impl_->pool; }
+
+std::string PlannedArena::name() const { return impl_->name(); }
+
+std::size_t PlannedArena::capacity() const { return impl_->upstream.capacity(); }
+
+}  // namespace sdalloc
