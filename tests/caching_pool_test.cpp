@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <new>
 #include <set>
@@ -18,17 +19,58 @@
 #include "sdalloc/stats_resource.hpp"
 
 // Counts heap allocations made by this test binary, to prove the cache-hit path makes none.
+// Every form of operator new and delete is replaced, so that each pair matches (mixing a
+// replaced delete with the runtime's new is an error AddressSanitizer reports).
 namespace {
 std::atomic<std::size_t> g_heap_allocations{0};
-}  // namespace
 
-void* operator new(std::size_t n) {
+void* counted_allocation(std::size_t n, std::size_t alignment) noexcept {
   g_heap_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  if (n == 0) n = 1;
+  if (alignment <= alignof(std::max_align_t)) return std::malloc(n);
+  return std::aligned_alloc(alignment, (n + alignment - 1) / alignment * alignment);
+}
+
+void* counted_or_throw(std::size_t n, std::size_t alignment) {
+  if (void* p = counted_allocation(n, alignment)) return p;
   throw std::bad_alloc();
 }
+}  // namespace
+
+void* operator new(std::size_t n) { return counted_or_throw(n, 0); }
+void* operator new[](std::size_t n) { return counted_or_throw(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  return counted_or_throw(n, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a) {
+  return counted_or_throw(n, static_cast<std::size_t>(a));
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return counted_allocation(n, 0);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return counted_allocation(n, 0);
+}
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_allocation(n, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_allocation(n, static_cast<std::size_t>(a));
+}
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
 
 namespace sdalloc {
 namespace {
