@@ -19,12 +19,14 @@
 
 #include "decimal_field.hpp"
 #include "quoted.hpp"
+#include "text_lines.hpp"
 #include "sdalloc/trace_text.hpp"
 
 namespace sdalloc {
 namespace {
 
 using detail::quoted;
+using detail::TextLines;
 
 constexpr std::string_view kHeader3 = "op,id,size";
 constexpr std::string_view kHeader4 = "op,id,size,stream";
@@ -41,24 +43,18 @@ struct IdRecord {
 class TraceParser {
  public:
   TraceParser(std::string source, std::string_view text)
-      : source_(std::move(source)), text_(text) {}
+      : source_(std::move(source)), lines_(text) {}
 
   EventTrace parse() {
     EventTrace trace;
     trace.source = source_;
-    std::size_t pos = 0;
-    while (pos < text_.size()) {
-      std::size_t end = text_.find('\n', pos);
-      if (end == std::string_view::npos) end = text_.size();
-      std::string_view line = text_.substr(pos, end - pos);
-      pos = end + 1;
-      ++line_;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line_ == 1) {
+    std::string_view line;
+    while (lines_.next(line)) {
+      if (lines_.number() == 1) {
         read_header(line);
         // Counting lines is a memchr-speed pass; it lets the vector and the table be sized
         // once instead of growing (and copying) a dozen times.
-        const std::string_view rest = text_.substr(std::min(pos, text_.size()));
+        const std::string_view rest = lines_.rest();
         const auto lines = static_cast<std::size_t>(std::count(rest.begin(), rest.end(), '\n'));
         trace.events.reserve(lines);
         ids_.reserve(lines / 2 + 1);
@@ -66,13 +62,13 @@ class TraceParser {
       }
       trace.events.push_back(read_event(line));
     }
-    if (line_ == 0) fail("empty trace: expected the header 'op,id,size' or 'op,id,size,stream'");
+    if (lines_.number() == 0) fail("empty trace: expected the header 'op,id,size' or 'op,id,size,stream'");
     return trace;
   }
 
  private:
   [[noreturn]] void fail(const std::string& problem) const {
-    throw TraceFormatError(source_, line_ == 0 ? 1 : line_, problem);
+    throw TraceFormatError(source_, lines_.number() == 0 ? 1 : lines_.number(), problem);
   }
 
   void read_header(std::string_view line) {
@@ -132,7 +128,7 @@ class TraceParser {
   }
 
   void check_alloc(const TraceEvent& event) {
-    auto [it, inserted] = ids_.try_emplace(event.id, IdRecord{event.size, line_, 0});
+    auto [it, inserted] = ids_.try_emplace(event.id, IdRecord{event.size, lines_.number(), 0});
     if (!inserted) {
       const IdRecord& old = it->second;
       std::string history = "allocated on line " + std::to_string(old.alloc_line);
@@ -161,13 +157,12 @@ class TraceParser {
            ", but it was allocated with size " + std::to_string(record.size) + " on line " +
            std::to_string(record.alloc_line));
     }
-    record.free_line = line_;
+    record.free_line = lines_.number();
     live_bytes_ -= event.size;
   }
 
   std::string source_;
-  std::string_view text_;
-  std::size_t line_ = 0;
+  TextLines lines_;
   std::size_t fields_ = 0;
   std::uint64_t live_bytes_ = 0;
   std::unordered_map<std::uint64_t, IdRecord> ids_;

@@ -14,6 +14,7 @@
 
 #include "decimal_field.hpp"
 #include "quoted.hpp"
+#include "text_lines.hpp"
 #include "sdalloc/trace_text.hpp"
 
 namespace sdalloc {
@@ -38,19 +39,13 @@ struct LiveAllocation {
 class RmmLogParser {
  public:
   RmmLogParser(std::string source, std::string_view text)
-      : source_(std::move(source)), text_(text) {}
+      : source_(std::move(source)), lines_(text) {}
 
   RmmLog parse() {
     log_.trace.source = source_;
-    std::size_t pos = 0;
-    while (pos < text_.size()) {
-      std::size_t end = text_.find('\n', pos);
-      if (end == std::string_view::npos) end = text_.size();
-      std::string_view line = text_.substr(pos, end - pos);
-      pos = end + 1;
-      ++line_;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line_ == 1) {
+    std::string_view line;
+    while (lines_.next(line)) {
+      if (lines_.number() == 1) {
         if (line != kRmmLogHeader) {
           fail("bad header " + quoted(line) + ": expected " + quoted(kRmmLogHeader) +
                " (RMM logging_resource_adaptor)");
@@ -59,13 +54,13 @@ class RmmLogParser {
       }
       read_line(line);
     }
-    if (line_ == 0) fail("empty log: expected the header " + quoted(kRmmLogHeader));
+    if (lines_.number() == 0) fail("empty log: expected the header " + quoted(kRmmLogHeader));
     return std::move(log_);
   }
 
  private:
   [[noreturn]] void fail(const std::string& problem) const {
-    throw TraceFormatError(source_, line_ == 0 ? 1 : line_, problem);
+    throw TraceFormatError(source_, lines_.number() == 0 ? 1 : lines_.number(), problem);
   }
 
   void read_line(std::string_view line) {
@@ -109,7 +104,7 @@ class RmmLogParser {
   }
 
   void allocate(std::uint64_t pointer, std::uint64_t size, std::uint64_t stream) {
-    const auto [it, inserted] = live_.try_emplace(pointer, LiveAllocation{next_id_, size, line_});
+    const auto [it, inserted] = live_.try_emplace(pointer, LiveAllocation{next_id_, size, lines_.number()});
     if (!inserted) {
       fail("allocate at pointer " + hex(pointer) + ", which is still live (allocated on line " +
            std::to_string(it->second.line) + " and not freed)");
@@ -134,7 +129,7 @@ class RmmLogParser {
            std::to_string(allocation.line));
     }
     live_.erase(it);
-    freed_on_line_[pointer] = line_;
+    freed_on_line_[pointer] = lines_.number();
     log_.trace.events.push_back({TraceEvent::Op::kFree, allocation.id, size, stream});
   }
 
@@ -191,8 +186,7 @@ class RmmLogParser {
   }
 
   std::string source_;
-  std::string_view text_;
-  std::size_t line_ = 0;
+  detail::TextLines lines_;
   std::uint64_t next_id_ = 0;
   RmmLog log_;
   std::unordered_map<std::uint64_t, LiveAllocation> live_;
