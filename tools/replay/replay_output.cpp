@@ -1,0 +1,1 @@
+#include "replay/replay_result.hpp"
