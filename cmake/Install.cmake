@@ -61,3 +61,13 @@ install(FILES ${PROJECT_BINARY_DIR}/sdalloc.pc
 if(TARGET sdalloc-pool-replay)
   install(TARGETS sdalloc-pool-replay RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
 endif()
+
+# The PyTorch shim (libsdalloc_torch.so) and the Python package over the C API (pure Python,
+# ctypes). The package goes to <libdir>/sdalloc/python/sdalloc and finds the libraries three
+# levels up, in <libdir>; put <prefix>/<libdir>/sdalloc/python on PYTHONPATH to import it.
+if(TARGET sdalloc_torch)
+  install(TARGETS sdalloc_torch LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
+endif()
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/sdalloc
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/sdalloc/python COMPONENT python
+  FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)

@@ -99,14 +99,17 @@ run_tidy() {
     { grep -vE '^[0-9]+ warnings? generated\.$' || true; }
 }
 
-# Python tests (the tools' Python scripts) run with Debian's interpreter, which has pytest;
-# a python3 earlier on PATH (pyenv, a venv) may not.
+# Python tests (the tools' scripts, the sdalloc package, the PyTorch shim, gpu-check.sh's
+# CPU paths) run with Debian's interpreter, which has pytest and torch; a python3 earlier on
+# PATH (pyenv, a venv) may not. The package loads the release build's libraries
+# (SDALLOC_LIBRARY_DIR); CI=1 makes missing libraries or a missing torch failures, not skips.
 run_python_tests() {
   if ! compgen -G "$root/tests/python/test_*.py" >/dev/null; then
     echo "test-all: no Python tests yet"
     return 0
   fi
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/tests/python"
+  SDALLOC_LIBRARY_DIR="$build_root/release/src" CI="${CI:-1}" \
+    /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/tests/python"
 }
 
 run_install_check() {

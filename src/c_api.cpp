@@ -7,8 +7,9 @@
 // itself fail or allocate. Argument checks throw InvalidArgument like the C++ API does, so
 // every failure takes the same path and reads the same way: "<function>: <problem>".
 //
-// A pool handle owns its whole resource stack (host resource, optional capacity limit,
-// caching pool); members are declared bottom-up so destruction releases the pool first.
+// A pool handle (c_pool.hpp) owns its whole resource stack and the recorder of its event
+// trace. sdalloc_pool_create builds host stacks; the PyTorch shim builds device stacks of the
+// same type. Allocations and frees report to the recorder (a relaxed load while it is off).
 #include "sdalloc/sdalloc.h"
 
 #include <cstddef>
@@ -21,38 +22,21 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "c_pool.hpp"
 #include "sdalloc/caching_pool.hpp"
 #include "sdalloc/errors.hpp"
 #include "sdalloc/host_resource.hpp"
 #include "sdalloc/limit_resource.hpp"
+#include "sdalloc/pool_layout.hpp"
 #include "sdalloc/pool_stats.hpp"
 #include "sdalloc/tensor.hpp"
 #include "sdalloc/version.hpp"
 
-struct sdalloc_pool {
-  explicit sdalloc_pool(const sdalloc_pool_config_t& config) : host(host_options(config)) {
-    sdalloc::MemoryResource* upstream = &host;
-    if (config.capacity != 0) upstream = &limit.emplace(host, config.capacity);
-    sdalloc::CachingPoolOptions options;
-    options.initial_reservation = config.initial_reservation;
-    options.segment_granularity = config.segment_granularity;
-    options.min_segment_size = config.min_segment_size;
-    options.huge_threshold = config.huge_threshold;
-    options.release_cached_before_growth = config.release_cached_before_growth;
-    options.consolidate_when_empty = config.consolidate_when_empty;
-    pool.emplace(*upstream, options);
-  }
-
-  static sdalloc::HostResourceOptions host_options(const sdalloc_pool_config_t& config) {
-    sdalloc::HostResourceOptions options;
-    options.transparent_huge_pages = config.resource == SDALLOC_RESOURCE_HOST_HUGEPAGES;
-    return options;
-  }
-
-  sdalloc::HostResource host;
-  std::optional<sdalloc::LimitResource> limit;
-  std::optional<sdalloc::CachingPool> pool;
+struct sdalloc_layout {
+  sdalloc::PoolLayout layout;
 };
 
 namespace {
@@ -80,6 +64,14 @@ constexpr std::size_t kConfigFirstSize =
     offsetof(sdalloc_pool_config_t, consolidate_when_empty) + sizeof(bool);
 constexpr std::size_t kStatsFirstSize =
     offsetof(sdalloc_stats_t, peak_overhead_ratio) + sizeof(double);
+constexpr std::size_t kSegmentInfoFirstSize =
+    offsetof(sdalloc_segment_info_t, pinned) + sizeof(bool);
+constexpr std::size_t kBlockInfoFirstSize =
+    offsetof(sdalloc_block_info_t, state) + sizeof(sdalloc_block_state_t);
+
+static_assert(SDALLOC_BLOCK_FREE == static_cast<int>(sdalloc::BlockState::kFree));
+static_assert(SDALLOC_BLOCK_LIVE == static_cast<int>(sdalloc::BlockState::kLive));
+static_assert(SDALLOC_BLOCK_PENDING_FREE == static_cast<int>(sdalloc::BlockState::kPendingFree));
 
 // The integer a C caller passed in an enum type. C lets any int travel in an enum; in C++
 // a value outside the enumerators' range is undefined behaviour to load (UBSan reports it),
@@ -140,6 +132,47 @@ void require(bool condition, const char* what) {
 sdalloc::CachingPool& pool_of(sdalloc_pool_t* pool) {
   require(pool != nullptr, "pool is NULL");
   return *pool->pool;
+}
+
+// A host stack as the config describes it: host memory, capped when capacity is set.
+std::unique_ptr<sdalloc_pool> make_host_pool(const sdalloc_pool_config_t& config) {
+  sdalloc::HostResourceOptions host_options;
+  host_options.transparent_huge_pages = config.resource == SDALLOC_RESOURCE_HOST_HUGEPAGES;
+  std::vector<std::unique_ptr<sdalloc::MemoryResource>> stack;
+  stack.push_back(std::make_unique<sdalloc::HostResource>(host_options));
+  if (config.capacity != 0) {
+    stack.push_back(std::make_unique<sdalloc::LimitResource>(*stack.back(), config.capacity));
+  }
+  sdalloc::CachingPoolOptions options;
+  options.initial_reservation = config.initial_reservation;
+  options.segment_granularity = config.segment_granularity;
+  options.min_segment_size = config.min_segment_size;
+  options.huge_threshold = config.huge_threshold;
+  options.release_cached_before_growth = config.release_cached_before_growth;
+  options.consolidate_when_empty = config.consolidate_when_empty;
+  return std::make_unique<sdalloc_pool>(std::move(stack), nullptr, options);
+}
+
+const sdalloc::SegmentLayout& segment_of(const sdalloc_layout_t* layout, std::size_t segment) {
+  require(layout != nullptr, "layout is NULL");
+  if (segment >= layout->layout.segments.size()) {
+    throw sdalloc::InvalidArgument("segment index " + std::to_string(segment) +
+                                   " is past the last segment (the layout has " +
+                                   std::to_string(layout->layout.segments.size()) + ")");
+  }
+  return layout->layout.segments[segment];
+}
+
+// The keys of to_memory_stats, in its (sorted) order, built once.
+const std::vector<std::string>& memory_stat_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> names;
+    for (const auto& [key, value] : sdalloc::to_memory_stats(sdalloc::PoolStats{})) {
+      names.push_back(key);
+    }
+    return names;
+  }();
+  return keys;
 }
 
 sdalloc::Stream stream_of(sdalloc_stream_t stream) { return sdalloc::Stream::from_native(stream); }
@@ -254,7 +287,7 @@ sdalloc_status_t sdalloc_pool_create(const sdalloc_pool_config_t* config,
             "unknown resource kind " + std::to_string(resource) +
             " (this build offers SDALLOC_RESOURCE_HOST and SDALLOC_RESOURCE_HOST_HUGEPAGES)");
     }
-    *out = std::make_unique<sdalloc_pool>(effective).release();
+    *out = make_host_pool(effective).release();
   });
 }
 
@@ -267,6 +300,7 @@ sdalloc_status_t sdalloc_malloc(sdalloc_pool_t* pool, std::size_t size, sdalloc_
     sdalloc::CachingPool& caching_pool = pool_of(pool);
     require(out != nullptr, "out is NULL");
     *out = caching_pool.allocate(size, stream_of(stream));
+    pool->recorder.on_allocate(*out, size, stream_of(stream));
   });
 }
 
@@ -278,11 +312,16 @@ sdalloc_status_t sdalloc_malloc_aligned(sdalloc_pool_t* pool, std::size_t size,
     sdalloc::CachingPool& caching_pool = pool_of(pool);
     require(out != nullptr, "out is NULL");
     *out = caching_pool.allocate(size, alignment, stream_of(stream));
+    pool->recorder.on_allocate(*out, size, stream_of(stream));
   });
 }
 
 sdalloc_status_t sdalloc_free(sdalloc_pool_t* pool, void* ptr, sdalloc_stream_t stream) noexcept {
-  return guarded(__func__, [&] { pool_of(pool).free(ptr, stream_of(stream)); });
+  return guarded(__func__, [&] {
+    sdalloc::CachingPool& caching_pool = pool_of(pool);
+    pool->recorder.on_free(ptr, stream_of(stream));  // before the address can be reused
+    caching_pool.free(ptr, stream_of(stream));
+  });
 }
 
 sdalloc_status_t sdalloc_record_stream(sdalloc_pool_t* pool, void* ptr,
@@ -369,6 +408,98 @@ sdalloc_status_t sdalloc_memory_stat(sdalloc_pool_t* pool, const char* key,
   });
 }
 
+const char* sdalloc_memory_stat_key(std::size_t index) noexcept {
+  try {
+    const std::vector<std::string>& keys = memory_stat_keys();
+    return index < keys.size() ? keys[index].c_str() : nullptr;
+  } catch (...) {
+    return nullptr;  // no memory to build the list: the caller sees an empty one
+  }
+}
+
+// ==================================================================== layout
+
+sdalloc_status_t sdalloc_pool_layout(sdalloc_pool_t* pool, sdalloc_layout_t** out) noexcept {
+  if (out != nullptr) *out = nullptr;
+  return guarded(__func__, [&] {
+    const sdalloc::CachingPool& caching_pool = pool_of(pool);
+    require(out != nullptr, "out is NULL");
+    auto layout = std::make_unique<sdalloc_layout>();
+    layout->layout = caching_pool.layout();
+    *out = layout.release();
+  });
+}
+
+std::size_t sdalloc_layout_segment_count(const sdalloc_layout_t* layout) noexcept {
+  return layout == nullptr ? 0 : layout->layout.segments.size();
+}
+
+sdalloc_status_t sdalloc_layout_segment(const sdalloc_layout_t* layout, std::size_t segment,
+                                        sdalloc_segment_info_t* out) noexcept {
+  return guarded(__func__, [&] {
+    const sdalloc::SegmentLayout& s = segment_of(layout, segment);
+    require(out != nullptr, "out is NULL");
+    const std::size_t size = out->struct_size;
+    check_struct_size("out", size, kSegmentInfoFirstSize, sizeof *out,
+                      "set it to sizeof(sdalloc_segment_info_t) before the call");
+    sdalloc_segment_info_t info{};
+    info.struct_size = size;
+    info.address = s.address;
+    info.size = s.size;
+    info.stream = s.stream.as_native<void>();
+    info.block_count = s.blocks.size();
+    info.huge = s.huge;
+    info.pinned = s.pinned;
+    std::memcpy(out, &info, size);
+  });
+}
+
+sdalloc_status_t sdalloc_layout_block(const sdalloc_layout_t* layout, std::size_t segment,
+                                      std::size_t block, sdalloc_block_info_t* out) noexcept {
+  return guarded(__func__, [&] {
+    const sdalloc::SegmentLayout& s = segment_of(layout, segment);
+    if (block >= s.blocks.size()) {
+      throw sdalloc::InvalidArgument("block index " + std::to_string(block) +
+                                     " is past the last block of segment " +
+                                     std::to_string(segment) + " (it has " +
+                                     std::to_string(s.blocks.size()) + ")");
+    }
+    require(out != nullptr, "out is NULL");
+    const std::size_t size = out->struct_size;
+    check_struct_size("out", size, kBlockInfoFirstSize, sizeof *out,
+                      "set it to sizeof(sdalloc_block_info_t) before the call");
+    const sdalloc::BlockLayout& b = s.blocks[block];
+    sdalloc_block_info_t info{};
+    info.struct_size = size;
+    info.address = b.address;
+    info.size = b.size;
+    info.requested = b.requested;
+    info.state = static_cast<sdalloc_block_state_t>(b.state);
+    std::memcpy(out, &info, size);
+  });
+}
+
+void sdalloc_layout_destroy(sdalloc_layout_t* layout) noexcept { delete layout; }
+
+// ==================================================================== event trace
+
+sdalloc_status_t sdalloc_pool_trace_start(sdalloc_pool_t* pool, const char* path) noexcept {
+  return guarded(__func__, [&] {
+    pool_of(pool);
+    require(path != nullptr, "path is NULL");
+    pool->recorder.start(path);
+  });
+}
+
+sdalloc_status_t sdalloc_pool_trace_stop(sdalloc_pool_t* pool, std::uint64_t* events) noexcept {
+  if (events != nullptr) *events = 0;
+  return guarded(__func__, [&] {
+    pool_of(pool);
+    const std::uint64_t written = pool->recorder.stop();
+    if (events != nullptr) *events = written;
+  });
+}
+
 // ==================================================================== tensors
 
 std::int32_t sdalloc_dtype_bits(sdalloc_dtype_t dtype) noexcept {
@@ -406,6 +537,7 @@ sdalloc_status_t sdalloc_tensor_alloc(sdalloc_pool_t* pool, sdalloc_dtype_t dtyp
     fill_contiguous_strides(tensor);
     // Allocated last: nothing after it can throw, so a failure never leaks the memory.
     tensor.data = caching_pool.allocate(tensor.nbytes, stream_of(stream));
+    pool->recorder.on_allocate(tensor.data, tensor.nbytes, stream_of(stream));
     *out = tensor;
   });
 }
@@ -414,6 +546,7 @@ sdalloc_status_t sdalloc_tensor_free(sdalloc_pool_t* pool, sdalloc_tensor_t* ten
   return guarded(__func__, [&] {
     sdalloc::CachingPool& caching_pool = pool_of(pool);
     require(tensor != nullptr, "tensor is NULL");
+    pool->recorder.on_free(tensor->data, stream_of(tensor->stream));
     caching_pool.free(tensor->data, stream_of(tensor->stream));
     tensor->data = nullptr;
     tensor->nbytes = 0;

@@ -150,6 +150,10 @@ struct CachingPool::Impl {
     PoolShard& shard = shard_for(stream);
     {
       std::lock_guard lock(shard.mutex);
+      // Blocks freed on other streams rejoin the cache as soon as their events complete:
+      // polled here (never waited for), one query per pending block, nothing when none is
+      // pending. Otherwise a pool whose cache keeps hitting would hold them, and their
+      // events, until its next miss.
       if (Block* block = shard.allocate(fit, bytes)) return block->ptr();
     }
     return allocate_slow(shard, fit, bytes);
@@ -568,6 +572,37 @@ struct CachingPool::Impl {
     }
   }
 
+  PoolLayout layout() const {
+    const std::vector<PoolShard*> shards = all_shards();
+    std::vector<std::unique_lock<detail::SpinLock>> locks;
+    locks.reserve(shards.size());
+    for (PoolShard* shard : shards) locks.emplace_back(shard->mutex);
+    PoolLayout layout;
+    for (PoolShard* shard : shards) {
+      for (const Segment* s = shard->segments; s != nullptr; s = s->next) {
+        SegmentLayout& segment = layout.segments.emplace_back();
+        segment.address = s->base;
+        segment.size = s->size;
+        segment.stream = shard->stream;
+        segment.huge = s->huge;
+        segment.pinned = s->pinned;
+        for (const Block* b = s->first; b != nullptr; b = b->next) {
+          BlockLayout block{b->addr, b->size, 0, BlockState::kFree};
+          if (!b->free && !b->cached) {
+            block.requested = b->requested;
+            // A block freed on another stream has left the live table but is not free yet.
+            block.state = shard->find_live(b->addr) == b ? BlockState::kLive
+                                                         : BlockState::kPendingFree;
+          }
+          segment.blocks.push_back(block);
+        }
+      }
+    }
+    std::sort(layout.segments.begin(), layout.segments.end(),
+              [](const SegmentLayout& a, const SegmentLayout& b) { return a.address < b.address; });
+    return layout;
+  }
+
   std::string name() const { return "CachingPool(" + upstream.name() + ")"; }
 
   // --- lifetime ----------------------------------------------------------------------------
@@ -645,6 +680,8 @@ PoolStats CachingPool::stats() const { return impl_->stats(); }
 void CachingPool::reset_peak() { impl_->reset_peak(); }
 
 void CachingPool::check_invariants() const { impl_->check_invariants(); }
+
+PoolLayout CachingPool::layout() const { return impl_->layout(); }
 
 const CachingPoolOptions& CachingPool::options() const { return impl_->options; }
 

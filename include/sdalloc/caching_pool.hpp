@@ -60,6 +60,7 @@
 #include <string>
 
 #include "sdalloc/errors.hpp"
+#include "sdalloc/pool_layout.hpp"
 #include "sdalloc/pool_stats.hpp"
 #include "sdalloc/resource.hpp"
 #include "sdalloc/stream_events.hpp"
@@ -110,6 +111,9 @@ class CachingPool final : public MemoryResource {
 
   PoolStats stats() const;
   void reset_peak();
+  // Every segment and the blocks tiling it, as of one moment (pool_layout.hpp). Takes every
+  // shard's lock for the walk; allocates the answer (std::bad_alloc may escape).
+  PoolLayout layout() const;
 
   // Walks every shard and checks the pool's invariants (blocks tile their segments, free
   // neighbours are merged, indexes and counters agree). Throws Error naming the first

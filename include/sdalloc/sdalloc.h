@@ -258,6 +258,92 @@ SDALLOC_API sdalloc_status_t sdalloc_pool_reset_peak(sdalloc_pool_t* pool) SDALL
 SDALLOC_API sdalloc_status_t sdalloc_memory_stat(sdalloc_pool_t* pool, const char* key,
                                                  int64_t* value) SDALLOC_NOEXCEPT;
 
+/* The name of the index-th key sdalloc_memory_stat answers, in a fixed order, e.g.
+ * "active_bytes.all.current"; NULL when index is past the last key (so a caller lists them
+ * all by counting up from 0 until NULL). Static strings; never fails. */
+SDALLOC_API const char* sdalloc_memory_stat_key(size_t index) SDALLOC_NOEXCEPT;
+
+/* ===================================================================== layout */
+
+/* Where a pool's memory is: every segment it holds from its resource and the blocks that
+ * tile it, taken at one moment (every part of the pool locked while it is copied). This is
+ * what a memory snapshot is made of (the Python package writes it in PyTorch's snapshot
+ * layout). The sum of segment sizes is reserved_bytes, the sum of live block sizes
+ * allocated_bytes, and the sum of their requested sizes live_bytes, as sdalloc_pool_stats
+ * reports them at the same quiescent moment. Segments are in address order; blocks in
+ * address order inside their segment. */
+typedef struct sdalloc_layout sdalloc_layout_t;
+
+/* Values are ABI: never renumbered, only appended. */
+typedef enum sdalloc_block_state_t {
+  SDALLOC_BLOCK_FREE = 0,        /* cached, reusable */
+  SDALLOC_BLOCK_LIVE = 1,        /* handed out, not freed */
+  SDALLOC_BLOCK_PENDING_FREE = 2 /* freed, waiting for another stream's work */
+} sdalloc_block_state_t;
+
+/* One segment. Set struct_size = sizeof(sdalloc_segment_info_t) before the call. */
+typedef struct sdalloc_segment_info_t {
+  size_t struct_size;
+  uintptr_t address;
+  size_t size;
+  sdalloc_stream_t stream; /* the stream whose part of the pool holds it now */
+  size_t block_count;
+  bool huge;   /* made for one huge request */
+  bool pinned; /* the initial reservation */
+} sdalloc_segment_info_t;
+
+/* One block. Set struct_size = sizeof(sdalloc_block_info_t) before the call. */
+typedef struct sdalloc_block_info_t {
+  size_t struct_size;
+  uintptr_t address;
+  size_t size;      /* after rounding: a multiple of 512 */
+  size_t requested; /* bytes asked for, for a live block; 0 otherwise */
+  sdalloc_block_state_t state;
+} sdalloc_block_info_t;
+
+/* Copies the pool's layout into a new object stored in *out, to be read with the functions
+ * below and freed with sdalloc_layout_destroy. The copy does not change when the pool does.
+ * Errors: INVALID_ARGUMENT (NULL pool or out); OUT_OF_MEMORY (no host memory for the copy). */
+SDALLOC_API sdalloc_status_t sdalloc_pool_layout(sdalloc_pool_t* pool,
+                                                 sdalloc_layout_t** out) SDALLOC_NOEXCEPT;
+
+/* The number of segments in the layout; 0 for NULL. Never fails. */
+SDALLOC_API size_t sdalloc_layout_segment_count(const sdalloc_layout_t* layout) SDALLOC_NOEXCEPT;
+
+/* Fills *out with segment `segment` (0-based). Errors: INVALID_ARGUMENT (NULL layout or out,
+ * an index past the last segment, a struct_size this library does not know). */
+SDALLOC_API sdalloc_status_t sdalloc_layout_segment(const sdalloc_layout_t* layout,
+                                                    size_t segment,
+                                                    sdalloc_segment_info_t* out) SDALLOC_NOEXCEPT;
+
+/* Fills *out with block `block` of segment `segment`. Errors: as sdalloc_layout_segment,
+ * and INVALID_ARGUMENT for a block index past the segment's block_count. */
+SDALLOC_API sdalloc_status_t sdalloc_layout_block(const sdalloc_layout_t* layout,
+                                                  size_t segment, size_t block,
+                                                  sdalloc_block_info_t* out) SDALLOC_NOEXCEPT;
+
+/* Frees a layout. NULL is a no-op. */
+SDALLOC_API void sdalloc_layout_destroy(sdalloc_layout_t* layout) SDALLOC_NOEXCEPT;
+
+/* ===================================================================== event trace */
+
+/* Starts writing every allocation and free the pool serves to the file `path`, in the event
+ * trace format `sdalloc replay` reads ("op,id,size,stream", one line per event; ids count
+ * from 0, streams are numbered from 0 in order of first appearance, the default stream
+ * being 0). Allocations made before the start and their frees are not recorded, so the
+ * trace is valid on its own. Costs one atomic load per call while off, one mutex while on.
+ * Errors: INVALID_ARGUMENT (NULL pool or path, a trace already being written, a file that
+ * cannot be created: the message names the path). */
+SDALLOC_API sdalloc_status_t sdalloc_pool_trace_start(sdalloc_pool_t* pool,
+                                                      const char* path) SDALLOC_NOEXCEPT;
+
+/* Stops the trace, flushes and closes the file, and stores the number of events written in
+ * *events (optional: may be NULL). Errors: INVALID_ARGUMENT (NULL pool, no trace being
+ * written); INTERNAL when writing failed (disk full) or events were lost for lack of host
+ * memory: the file is closed either way and the message says what went wrong. */
+SDALLOC_API sdalloc_status_t sdalloc_pool_trace_stop(sdalloc_pool_t* pool,
+                                                     uint64_t* events) SDALLOC_NOEXCEPT;
+
 /* ===================================================================== tensors */
 
 /* Element types. Values are ABI: never renumbered, only appended. */

@@ -6,7 +6,9 @@
 #   1. tests/install/ as a CMake project: find_package(sdalloc), linked once with
 #      sdalloc::sdalloc (shared) and once with sdalloc::sdalloc_static;
 #   2. tests/install/consumer.c with gcc -std=c11 -pedantic -Werror and the flags of
-#      `pkg-config --cflags --libs sdalloc` (the C API through the shared library).
+#      `pkg-config --cflags --libs sdalloc` (the C API through the shared library);
+#   3. the installed Python package (<libdir>/sdalloc/python) with /usr/bin/python3, which
+#      must find the installed libsdalloc.so and libsdalloc_torch.so on its own.
 # Any failing step stops the script with a message naming it.
 set -euo pipefail
 
@@ -33,7 +35,8 @@ config_file=$(find "$prefix" -path '*/cmake/sdalloc/sdallocConfig.cmake' | head 
 [[ -n $pc_file ]] || { echo "check-install: no pkgconfig/sdalloc.pc under $prefix" >&2; exit 1; }
 [[ -n $config_file ]] || { echo "check-install: no sdallocConfig.cmake under $prefix" >&2; exit 1; }
 libdir=$(dirname "$(dirname "$pc_file")")
-for f in "$libdir/libsdalloc.so" "$libdir/libsdalloc.a" \
+for f in "$libdir/libsdalloc.so" "$libdir/libsdalloc.a" "$libdir/libsdalloc_torch.so" \
+         "$libdir/sdalloc/python/sdalloc/__init__.py" \
          "$prefix/include/sdalloc/sdalloc.hpp" "$prefix/include/sdalloc/sdalloc.h" \
          "$prefix/include/sdalloc/version.hpp" \
          "$(dirname "$config_file")/sdallocConfigVersion.cmake" \
@@ -88,5 +91,19 @@ step="run the C consumer"
 echo "check-install: $step"
 "$work/consumer_c"
 
+step="import the installed Python package and use both libraries"
+echo "check-install: $step"
+env -u SDALLOC_LIBRARY_DIR PYTHONPATH="$libdir/sdalloc/python" /usr/bin/python3 -c '
+import sys, sdalloc, sdalloc.torch as st
+pool = sdalloc.Pool()
+p = pool.malloc(4096)
+assert pool.stats()["live_bytes"] == 4096
+pool.free(p)
+st.configure(backend="host")
+assert st.pool(0).library.startswith(sys.argv[1]), st.pool(0).library
+assert pool.library.startswith(sys.argv[1]), pool.library
+' "$libdir/"
+
 step="done"
-echo "check-install: OK: installed sdalloc works from CMake (shared, static) and from C (pkg-config)"
+echo "check-install: OK: installed sdalloc works from CMake (shared, static), from C (pkg-config)" \
+  "and from Python"

@@ -1,0 +1,114 @@
+/* sdalloc/torch_shim.h - libsdalloc_torch.so: sdalloc as PyTorch's CUDA allocator.
+ *
+ * The two functions PyTorch's CUDAPluggableAllocator loads by name, with the exact
+ * signatures it calls (torch >= 2.0), and the optional hooks its C++ allocator object takes:
+ *
+ *     a = torch.cuda.memory.CUDAPluggableAllocator("libsdalloc_torch.so",
+ *                                                  "sdalloc_torch_malloc", "sdalloc_torch_free")
+ *     torch.cuda.memory.change_current_allocator(a)   # before the first CUDA allocation
+ *
+ * The Python package does this for you: sdalloc.torch.install(mode="pool").
+ *
+ * One pool per device (a CachingPool, created on the device's first allocation), configured
+ * once per process, PyTorch-style, from the environment variable SDALLOC_CONF or from
+ * sdalloc_torch_configure():
+ *     SDALLOC_CONF="backend:cuda,mode:vmm,memory_fraction:0.9"
+ * Keys (all optional; sizes take a B/KiB/MiB/GiB/TiB suffix or K/M/G/T, binary):
+ *   backend                cuda (device memory; default) | host (host memory, for tests and
+ *                          CPU-only machines; every device index, -1 included, gets a host pool)
+ *   mode                   pool  - CachingPool over cudaMalloc segments (default)
+ *                          async - CachingPool over a private cudaMallocAsync pool
+ *                          vmm   - reserved for VirtualMemoryPool over CUDA virtual memory;
+ *                                  accepted by the parser, refused at pool creation for now
+ *   capacity               most bytes one device's pool may hold (0: no cap)
+ *   memory_fraction        the same as a fraction of the device's memory, in (0, 1]
+ *                          (backend:host: of `capacity`, which it then requires)
+ *   granularity            segment granularity (default 2MiB)
+ *   min_segment            smallest segment (default 2MiB)
+ *   huge_threshold         requests this big get a segment of their own (default 128MiB)
+ *   initial_reservation    one segment taken at the pool's creation and kept (default 0)
+ *   release_before_growth  true|false (default true)
+ *   consolidate            true|false (default true)
+ * A malformed SDALLOC_CONF makes every allocation fail (nullptr) with a message naming the
+ * key, readable with sdalloc_torch_last_error() and printed once to stderr.
+ *
+ * Contract: no function here throws or aborts; failures return nullptr / a status and leave
+ * a message for sdalloc_torch_last_error(). All functions are thread-safe. Pools live until
+ * the process exits (PyTorch may free tensors from its own static destructors, after this
+ * library's would have run, so they are never destroyed).
+ *
+ * The library is self-contained (it carries the whole C API of sdalloc.h too, bound to its
+ * own copy): use sdalloc_torch_pool(device) with the sdalloc_* functions of THIS library
+ * for statistics, layouts and event traces of the shim's pools.
+ *
+ * cudaStream_t: declared here as CUDA's runtime does (a pointer to struct CUstream_st), so
+ * the library needs no CUDA header to be used, and the ABI is the same with or without one.
+ */
+#ifndef SDALLOC_TORCH_SHIM_H_
+#define SDALLOC_TORCH_SHIM_H_
+
+#include "sdalloc/sdalloc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st* cudaStream_t;
+
+/* ---- the allocator PyTorch calls ----------------------------------------------------- */
+
+/* size bytes on `device`, usable on `stream` at once; nullptr on failure (out of memory,
+ * bad configuration, no CUDA), with the reason in sdalloc_torch_last_error(). Zero bytes:
+ * nullptr, which PyTorch accepts for empty tensors. */
+SDALLOC_API void* sdalloc_torch_malloc(size_t size, int device,
+                                       cudaStream_t stream) SDALLOC_NOEXCEPT;
+
+/* Frees ptr (from sdalloc_torch_malloc on the same device) on stream. `size` is the size
+ * PyTorch allocated. A pointer that is not live is reported (message, stderr) and ignored. */
+SDALLOC_API void sdalloc_torch_free(void* ptr, size_t size, int device,
+                                    cudaStream_t stream) SDALLOC_NOEXCEPT;
+
+/* ---- optional hooks (CUDAPluggableAllocator's set_*_fn signatures) ------------------- */
+
+/* set_init_fn: called once with the device count; nothing to do (pools are lazy). */
+SDALLOC_API void sdalloc_torch_init(int device_count) SDALLOC_NOEXCEPT;
+/* set_reset_fn (torch.cuda.empty_cache): returns every wholly free cached segment of every
+ * device's pool to the device. */
+SDALLOC_API void sdalloc_torch_empty_cache(void) SDALLOC_NOEXCEPT;
+/* set_record_stream_fn (Tensor.record_stream): the live block ptr is also used by `stream`. */
+SDALLOC_API void sdalloc_torch_record_stream(void* ptr, cudaStream_t stream) SDALLOC_NOEXCEPT;
+/* set_memory_fraction_fn (torch.cuda.set_per_process_memory_fraction): caps the device's
+ * pool at fraction x the device's memory. Errors as sdalloc_torch_set_memory_fraction. */
+SDALLOC_API void sdalloc_torch_memory_fraction_hook(double fraction, int device) SDALLOC_NOEXCEPT;
+
+/* ---- control, for the Python package ------------------------------------------------- */
+
+/* Sets the configuration (SDALLOC_CONF syntax; NULL or "" means the defaults), replacing
+ * SDALLOC_CONF. Errors: INVALID_ARGUMENT for a malformed text (the message names the key)
+ * or once any pool exists (the configuration is fixed by the first allocation). */
+SDALLOC_API sdalloc_status_t sdalloc_torch_configure(const char* conf) SDALLOC_NOEXCEPT;
+/* The configuration in effect (or that will be), in SDALLOC_CONF syntax with every key.
+ * Static storage, valid until the next configure call. "" if the configuration is bad. */
+SDALLOC_API const char* sdalloc_torch_config(void) SDALLOC_NOEXCEPT;
+/* Whether this library was built with the CUDA backend (1) or host only (0). */
+SDALLOC_API int sdalloc_torch_has_cuda(void) SDALLOC_NOEXCEPT;
+/* The pool of `device` (-1 to 63), or NULL when that device has not allocated yet. */
+SDALLOC_API sdalloc_pool_t* sdalloc_torch_pool(int device) SDALLOC_NOEXCEPT;
+/* Creates the pool of `device` now if it does not exist, and stores it in *out.
+ * Errors: as sdalloc_torch_malloc's failures. */
+SDALLOC_API sdalloc_status_t sdalloc_torch_get_pool(int device,
+                                                    sdalloc_pool_t** out) SDALLOC_NOEXCEPT;
+/* Like the hook, with a status: INVALID_ARGUMENT for a fraction outside (0, 1], a device out
+ * of range, or a host backend without `capacity`. Applies to the pool now or when created. */
+SDALLOC_API sdalloc_status_t sdalloc_torch_set_memory_fraction(double fraction,
+                                                               int device) SDALLOC_NOEXCEPT;
+/* Like empty_cache, with the bytes released stored in *released (optional). */
+SDALLOC_API sdalloc_status_t sdalloc_torch_trim(size_t* released) SDALLOC_NOEXCEPT;
+/* The message of this thread's most recent failure in this library, "" if none. */
+SDALLOC_API const char* sdalloc_torch_last_error(void) SDALLOC_NOEXCEPT;
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SDALLOC_TORCH_SHIM_H_ */

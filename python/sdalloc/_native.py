@@ -1,0 +1,203 @@
+"""Finding and binding sdalloc's shared libraries (ctypes, no compiled extension).
+
+Two libraries carry the C API of include/sdalloc/sdalloc.h:
+  libsdalloc.so        the host library: pools over host memory;
+  libsdalloc_torch.so  the PyTorch shim (include/sdalloc/torch_shim.h), self-contained: it
+                       carries its own copy of the C API, bound to its own per-device pools.
+A pool handle must be used with the functions of the library that made it, so every Pool
+object keeps its Library.
+
+Where the libraries are looked for, in order:
+  1. SDALLOC_LIBRARY_DIR: directories separated by os.pathsep (a build tree's src/ works:
+     the shim is then looked for in its torch_shim/ subdirectory). When it is set, nothing
+     else is searched, so a test or a user gets exactly the build they named.
+  2. Next to this package (a wheel-style layout) and, for an installed tree
+     (<prefix>/lib/sdalloc/python/sdalloc), <prefix>/lib.
+  3. The source tree's build directories (<repo>/build*/.../src), newest first.
+"""
+
+import ctypes
+import glob
+import os
+from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_int64, c_size_t,
+                    c_uint64, c_void_p)
+
+HOST_LIBRARY = "libsdalloc.so"
+TORCH_LIBRARY = "libsdalloc_torch.so"
+
+SUCCESS = 0
+STATUS_NAMES = {0: "SUCCESS", 1: "OUT_OF_MEMORY", 2: "INVALID_ARGUMENT", 3: "INVALID_POINTER",
+                4: "INTERNAL"}
+
+
+class SdallocError(RuntimeError):
+    """A C API call failed; `status` is the sdalloc_status_t name, the message sdalloc's."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = STATUS_NAMES.get(status, str(status))
+
+
+class LibraryNotFound(ImportError):
+    """sdalloc's shared library is not where the package looked (the message lists where)."""
+
+
+# --------------------------------------------------------------------------- structs
+
+class PoolConfig(Structure):
+    _fields_ = [("struct_size", c_size_t), ("resource", c_int), ("capacity", c_size_t),
+                ("initial_reservation", c_size_t), ("segment_granularity", c_size_t),
+                ("min_segment_size", c_size_t), ("huge_threshold", c_size_t),
+                ("release_cached_before_growth", c_bool), ("consolidate_when_empty", c_bool)]
+
+
+class Stats(Structure):
+    _fields_ = [("struct_size", c_size_t)] + [
+        (name, c_size_t) for name in (
+            "live_bytes", "peak_live_bytes", "allocated_bytes", "peak_allocated_bytes",
+            "reserved_bytes", "peak_reserved_bytes", "live_allocations",
+            "peak_live_allocations")] + [
+        ("allocations", c_uint64), ("frees", c_uint64), ("segments", c_size_t),
+        ("peak_segments", c_size_t), ("segment_allocations", c_uint64),
+        ("segment_releases", c_uint64), ("free_bytes", c_size_t),
+        ("largest_free_block", c_size_t), ("pending_free_bytes", c_size_t),
+        ("oom_retries", c_uint64), ("ooms", c_uint64), ("consolidations", c_uint64),
+        ("streams", c_size_t), ("fragmentation", c_double), ("peak_overhead_ratio", c_double)]
+
+
+class SegmentInfo(Structure):
+    _fields_ = [("struct_size", c_size_t), ("address", c_size_t), ("size", c_size_t),
+                ("stream", c_void_p), ("block_count", c_size_t), ("huge", c_bool),
+                ("pinned", c_bool)]
+
+
+class BlockInfo(Structure):
+    _fields_ = [("struct_size", c_size_t), ("address", c_size_t), ("size", c_size_t),
+                ("requested", c_size_t), ("state", c_int)]
+
+
+# --------------------------------------------------------------------------- binding
+
+_C_API = {
+    "sdalloc_last_error": (c_char_p, []),
+    "sdalloc_version": (c_char_p, []),
+    "sdalloc_pool_config_init": (None, [POINTER(PoolConfig)]),
+    "sdalloc_pool_create": (c_int, [POINTER(PoolConfig), POINTER(c_void_p)]),
+    "sdalloc_pool_destroy": (None, [c_void_p]),
+    "sdalloc_malloc": (c_int, [c_void_p, c_size_t, c_void_p, POINTER(c_void_p)]),
+    "sdalloc_malloc_aligned": (c_int, [c_void_p, c_size_t, c_size_t, c_void_p,
+                                       POINTER(c_void_p)]),
+    "sdalloc_free": (c_int, [c_void_p, c_void_p, c_void_p]),
+    "sdalloc_allocation_size": (c_int, [c_void_p, c_void_p, POINTER(c_size_t)]),
+    "sdalloc_trim": (c_int, [c_void_p, POINTER(c_size_t)]),
+    "sdalloc_pool_stats": (c_int, [c_void_p, POINTER(Stats)]),
+    "sdalloc_pool_reset_peak": (c_int, [c_void_p]),
+    "sdalloc_memory_stat": (c_int, [c_void_p, c_char_p, POINTER(c_int64)]),
+    "sdalloc_memory_stat_key": (c_char_p, [c_size_t]),
+    "sdalloc_pool_layout": (c_int, [c_void_p, POINTER(c_void_p)]),
+    "sdalloc_layout_segment_count": (c_size_t, [c_void_p]),
+    "sdalloc_layout_segment": (c_int, [c_void_p, c_size_t, POINTER(SegmentInfo)]),
+    "sdalloc_layout_block": (c_int, [c_void_p, c_size_t, c_size_t, POINTER(BlockInfo)]),
+    "sdalloc_layout_destroy": (None, [c_void_p]),
+    "sdalloc_pool_trace_start": (c_int, [c_void_p, c_char_p]),
+    "sdalloc_pool_trace_stop": (c_int, [c_void_p, POINTER(c_uint64)]),
+}
+
+_SHIM_API = {
+    # The exact signatures PyTorch calls: (size_t, int, cudaStream_t) and
+    # (void*, size_t, int, cudaStream_t); cudaStream_t is a pointer.
+    "sdalloc_torch_malloc": (c_void_p, [c_size_t, c_int, c_void_p]),
+    "sdalloc_torch_free": (None, [c_void_p, c_size_t, c_int, c_void_p]),
+    "sdalloc_torch_init": (None, [c_int]),
+    "sdalloc_torch_empty_cache": (None, []),
+    "sdalloc_torch_record_stream": (None, [c_void_p, c_void_p]),
+    "sdalloc_torch_memory_fraction_hook": (None, [c_double, c_int]),
+    "sdalloc_torch_configure": (c_int, [c_char_p]),
+    "sdalloc_torch_config": (c_char_p, []),
+    "sdalloc_torch_has_cuda": (c_int, []),
+    "sdalloc_torch_pool": (c_void_p, [c_int]),
+    "sdalloc_torch_get_pool": (c_int, [c_int, POINTER(c_void_p)]),
+    "sdalloc_torch_set_memory_fraction": (c_int, [c_double, c_int]),
+    "sdalloc_torch_trim": (c_int, [POINTER(c_size_t)]),
+    "sdalloc_torch_last_error": (c_char_p, []),
+}
+
+
+class Library:
+    """One loaded library with its functions typed: lib.c.sdalloc_malloc(...), lib.path."""
+
+    def __init__(self, path, shim):
+        self.path = path
+        self.shim = shim
+        self.c = ctypes.CDLL(path)
+        for name, (restype, argtypes) in list(_C_API.items()) + (
+                list(_SHIM_API.items()) if shim else []):
+            function = getattr(self.c, name)
+            function.restype = restype
+            function.argtypes = argtypes
+
+    def check(self, status, shim_call=False):
+        """Raises SdallocError with the library's message unless status is SUCCESS."""
+        if status != SUCCESS:
+            if shim_call:
+                message = self.c.sdalloc_torch_last_error()
+            else:
+                message = self.c.sdalloc_last_error()
+            raise SdallocError(status, message.decode("utf-8", "replace"))
+
+
+# --------------------------------------------------------------------------- search
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_REPO_ROOT = os.path.dirname(os.path.dirname(_PACKAGE_DIR))
+
+
+def _candidates(directory, name):
+    yield os.path.join(directory, name)
+    if name == TORCH_LIBRARY:
+        yield os.path.join(directory, "torch_shim", name)
+
+
+def search_path():
+    """The directories searched, in order (see the module docstring)."""
+    configured = os.environ.get("SDALLOC_LIBRARY_DIR")
+    if configured:
+        return [d for d in configured.split(os.pathsep) if d]
+    dirs = [_PACKAGE_DIR, os.path.normpath(os.path.join(_PACKAGE_DIR, "..", "..", ".."))]
+    builds = glob.glob(os.path.join(_REPO_ROOT, "build*", "src")) + glob.glob(
+        os.path.join(_REPO_ROOT, "build*", "*", "src"))
+    builds = [d for d in builds if os.path.exists(os.path.join(d, HOST_LIBRARY))]
+    builds.sort(key=lambda d: os.path.getmtime(os.path.join(d, HOST_LIBRARY)), reverse=True)
+    return dirs + builds
+
+
+def find(name):
+    """The path of library `name`, or raises LibraryNotFound listing where it looked."""
+    dirs = search_path()
+    for directory in dirs:
+        for path in _candidates(directory, name):
+            if os.path.isfile(path):
+                return path
+    where = "SDALLOC_LIBRARY_DIR" if os.environ.get("SDALLOC_LIBRARY_DIR") else "the default path"
+    raise LibraryNotFound(
+        f"sdalloc: {name} not found in {where}: {', '.join(dirs) or '(empty)'}. Build sdalloc "
+        f"(cmake --build <dir>) and set SDALLOC_LIBRARY_DIR to the directory holding {name} "
+        f"(a build tree's src/ directory).")
+
+
+_loaded = {}
+
+
+def load(name):
+    """The Library `name` (HOST_LIBRARY or TORCH_LIBRARY), loaded once per process."""
+    if name not in _loaded:
+        _loaded[name] = Library(find(name), shim=(name == TORCH_LIBRARY))
+    return _loaded[name]
+
+
+def host():
+    return load(HOST_LIBRARY)
+
+
+def shim():
+    return load(TORCH_LIBRARY)

@@ -1,0 +1,243 @@
+"""sdalloc as PyTorch's CUDA allocator, and PyTorch-facing helpers.
+
+    import sdalloc.torch
+    sdalloc.torch.install(mode="pool")        # before anything touches CUDA
+    ...                                       # every CUDA tensor now lives in sdalloc
+    sdalloc.stats()["reserved_bytes.all.peak"]
+    sdalloc.dump_snapshot("snap.pickle")      # open in pytorch.org/memory_viz
+
+install(**config) is the full replacement (torch >= 2.0): PyTorch's
+CUDAPluggableAllocator loads libsdalloc_torch.so's sdalloc_torch_malloc / sdalloc_torch_free
+and change_current_allocator swaps it in. That is only possible before PyTorch initialises
+its CUDA allocator; install() checks and says so when it is too late. After the swap,
+PyTorch's own memory_stats / memory_snapshot no longer see the memory: use sdalloc.stats(),
+sdalloc.snapshot() and sdalloc.dump_snapshot() instead (same key names and layout).
+
+mempool(**config) is the other integration (torch >= 2.5): a torch.cuda.MemPool whose
+segments come from sdalloc, used with `with torch.cuda.use_mem_pool(pool):`; PyTorch keeps
+its own caching and statistics on top.
+
+Configuration keywords (both functions) are SDALLOC_CONF's keys (include/sdalloc/torch_shim.h):
+backend ("cuda" | "host"), mode ("pool" | "async" | "vmm"), capacity, memory_fraction,
+granularity, min_segment, huge_threshold, initial_reservation (ints are bytes; strings like
+"2MiB" also work), release_before_growth, consolidate (bools). Keywords not given come from
+the SDALLOC_CONF environment variable, else the defaults.
+
+host_tensor(shape, dtype) works without CUDA: a host allocation of sdalloc handed to torch
+through DLPack (its memory returns to the pool when the tensor dies).
+"""
+
+import os
+
+from . import _native
+from ._native import SdallocError
+
+_CONFIG_KEYS = ("backend", "mode", "capacity", "memory_fraction", "granularity", "min_segment",
+                "huge_threshold", "initial_reservation", "release_before_growth",
+                "consolidate")
+
+_installed = {"allocator": None, "conf": None}
+
+
+def _torch():
+    try:
+        import torch  # pylint: disable=import-outside-toplevel
+    except ImportError as error:
+        raise ImportError("sdalloc.torch needs PyTorch (import torch failed: "
+                          f"{error})") from error
+    return torch
+
+
+def conf_string(**config):
+    """SDALLOC_CONF text for keyword settings, over the SDALLOC_CONF environment variable.
+
+    Raises TypeError for an unknown keyword (a typo must not silently do nothing)."""
+    pairs = {}
+    env = os.environ.get("SDALLOC_CONF", "")
+    for item in env.split(","):
+        if ":" in item:
+            key, value = item.split(":", 1)
+            pairs[key.strip()] = value.strip()
+    for key, value in config.items():
+        if key not in _CONFIG_KEYS:
+            raise TypeError(f"sdalloc.torch: unknown setting {key!r} "
+                            f"(known: {', '.join(_CONFIG_KEYS)})")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        pairs[key] = str(value)
+    return ",".join(f"{k}:{v}" for k, v in pairs.items())
+
+
+def configure(**config):
+    """Sets the shim's configuration without touching PyTorch (used by install/mempool, and
+    by tests that call the shim directly). Raises SdallocError (INVALID_ARGUMENT) naming a
+    bad key or value, or when a pool already exists."""
+    lib = _native.shim()
+    text = conf_string(**config)
+    lib.check(lib.c.sdalloc_torch_configure(text.encode()), shim_call=True)
+    return config_text()
+
+
+def config_text():
+    """The shim's configuration in effect, in SDALLOC_CONF form ("" if the shim is not
+    loaded or its configuration is bad)."""
+    if _native.TORCH_LIBRARY not in _native._loaded:  # pylint: disable=protected-access
+        return ""
+    return _native.shim().c.sdalloc_torch_config().decode()
+
+
+def has_cuda():
+    """Whether libsdalloc_torch.so was built with the CUDA backend."""
+    return bool(_native.shim().c.sdalloc_torch_has_cuda())
+
+
+def _too_late(torch):
+    """Why PyTorch's allocator can no longer be replaced, or None."""
+    if not torch.cuda.is_initialized():
+        return None
+    detail = ""
+    try:
+        reserved = sum(torch.cuda.memory_reserved(d) for d in range(torch.cuda.device_count()))
+        detail = f" ({reserved} bytes already reserved by PyTorch's own CUDA allocator)"
+    except Exception:  # pylint: disable=broad-except
+        pass
+    return ("sdalloc.torch.install() was called too late: PyTorch's CUDA allocator is already "
+            f"initialised{detail}, and PyTorch cannot swap an allocator once CUDA memory "
+            "may have been allocated through it. Call sdalloc.torch.install() at the start of "
+            "the program, before the first CUDA tensor, model.cuda() or torch.cuda call that "
+            "initialises CUDA.")
+
+
+def _pluggable_allocator(torch):
+    memory = torch.cuda.memory
+    if not hasattr(memory, "CUDAPluggableAllocator"):
+        raise RuntimeError(
+            f"sdalloc.torch: torch {torch.__version__} has no "
+            "torch.cuda.memory.CUDAPluggableAllocator (PyTorch >= 2.0 is needed to replace "
+            "the CUDA allocator)")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"sdalloc.torch: torch {torch.__version__} sees no CUDA device "
+                           "(torch.cuda.is_available() is False): there is nothing to replace")
+    return memory.CUDAPluggableAllocator(_native.shim().path, "sdalloc_torch_malloc",
+                                         "sdalloc_torch_free")
+
+
+def install(**config):
+    """Makes sdalloc PyTorch's CUDA allocator for this process (see the module doc).
+
+    Raises RuntimeError when it is too late (CUDA already initialised), when torch is older
+    than 2.0 or has no CUDA, and SdallocError for a bad configuration. Calling it again with
+    the same settings does nothing; with other settings it raises."""
+    torch = _torch()
+    text = conf_string(**config)
+    if _installed["allocator"] is not None:
+        if text == _installed["conf"]:
+            return
+        raise RuntimeError("sdalloc.torch.install(): already installed with "
+                           f"'{_installed['conf']}'; the allocator cannot change in a process")
+    reason = _too_late(torch)
+    if reason is not None:
+        raise RuntimeError(reason)
+    allocator = _pluggable_allocator(torch)
+    configure(**config)
+    torch.cuda.memory.change_current_allocator(allocator)
+    _installed["allocator"] = allocator
+    _installed["conf"] = text
+
+
+def installed():
+    return _installed["allocator"] is not None
+
+
+def mempool(**config):
+    """A torch.cuda.MemPool whose segments come from sdalloc (torch >= 2.5).
+
+    Use with `with torch.cuda.use_mem_pool(pool): ...`. Raises RuntimeError on an older
+    torch (naming its version) or one without CUDA."""
+    torch = _torch()
+    if not hasattr(torch.cuda, "MemPool"):
+        raise RuntimeError(
+            f"sdalloc.torch.mempool() needs torch.cuda.MemPool, which PyTorch added in 2.5; "
+            f"this is torch {torch.__version__}. Use sdalloc.torch.install() (torch >= 2.0) "
+            "instead.")
+    allocator = _pluggable_allocator(torch)
+    if not any_pool():
+        configure(**config)
+    elif config:
+        raise RuntimeError("sdalloc.torch.mempool(): the shim's pools exist already, so "
+                           f"settings cannot change (in effect: '{config_text()}')")
+    pool = torch.cuda.MemPool(allocator.allocator())
+    _installed.setdefault("mempools", []).append((pool, allocator))
+    return pool
+
+
+def any_pool():
+    if _native.TORCH_LIBRARY not in _native._loaded:  # pylint: disable=protected-access
+        return False
+    lib = _native.shim()
+    return any(lib.c.sdalloc_torch_pool(d) for d in range(-1, 64))
+
+
+def pools():
+    """{device: Pool} for every device whose shim pool exists (empty before any use)."""
+    from . import Pool  # pylint: disable=import-outside-toplevel
+    if _native.TORCH_LIBRARY not in _native._loaded:  # pylint: disable=protected-access
+        return {}
+    lib = _native.shim()
+    found = {}
+    for device in range(-1, 64):
+        handle = lib.c.sdalloc_torch_pool(device)
+        if handle:
+            found[device] = Pool(_handle=handle, _library=lib, _owned=False)
+    return found
+
+
+def pool(device):
+    """The shim's Pool for `device`, created now if needed (with the configuration)."""
+    from . import Pool  # pylint: disable=import-outside-toplevel
+    from ctypes import byref, c_void_p  # pylint: disable=import-outside-toplevel
+    lib = _native.shim()
+    handle = c_void_p()
+    lib.check(lib.c.sdalloc_torch_get_pool(device, byref(handle)), shim_call=True)
+    return Pool(_handle=handle.value, _library=lib, _owned=False)
+
+
+def memory_stats(device=None):
+    """PyTorch-named figures of the shim's pool, like torch.cuda.memory_stats(device)."""
+    from . import stats  # pylint: disable=import-outside-toplevel
+    return {k: v for k, v in stats(device=device).items() if "." in k or k.startswith("num_")}
+
+
+def empty_cache():
+    """Returns the shim pools' wholly free segments to the device (what torch.cuda.empty_cache
+    does for the native allocator); answers the bytes released."""
+    from ctypes import byref, c_size_t  # pylint: disable=import-outside-toplevel
+    lib = _native.shim()
+    released = c_size_t()
+    lib.check(lib.c.sdalloc_torch_trim(byref(released)), shim_call=True)
+    return released.value
+
+
+def set_memory_fraction(fraction, device=0):
+    """Caps the shim's pool of `device` at fraction x the device's memory (like
+    torch.cuda.set_per_process_memory_fraction)."""
+    lib = _native.shim()
+    lib.check(lib.c.sdalloc_torch_set_memory_fraction(float(fraction), int(device)),
+              shim_call=True)
+
+
+def host_tensor(shape, dtype=None, pool=None):
+    """A torch tensor on the CPU whose memory is an sdalloc host allocation (DLPack).
+
+    The memory returns to the pool when the tensor (and every view of it) dies. Default
+    pool: sdalloc.default_pool()."""
+    torch = _torch()
+    from . import default_pool  # pylint: disable=import-outside-toplevel
+    dtype = torch.float32 if dtype is None else dtype
+    source = (pool or default_pool()).tensor(shape, dtype)
+    return torch.utils.dlpack.from_dlpack(source)
+
+
+__all__ = ["install", "installed", "mempool", "configure", "config_text", "conf_string",
+           "has_cuda", "pools", "pool", "memory_stats", "empty_cache", "set_memory_fraction",
+           "host_tensor", "SdallocError"]

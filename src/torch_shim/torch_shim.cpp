@@ -1,0 +1,312 @@
+// torch_shim.cpp - the C entry points of libsdalloc_torch.so (sdalloc/torch_shim.h).
+//
+// State: the configuration (parsed from SDALLOC_CONF on first use unless configure() came
+// first) and one pool per device index in a fixed table. The allocation fast path is one
+// acquire load of the device's slot and the C API call; pools are created under a mutex on
+// a device's first allocation and never destroyed (see the header: PyTorch may free tensors
+// after this library's static destructors would have run).
+//
+// No exception leaves this file: every entry point either goes through the C API (which
+// turns exceptions into statuses) or runs its own body in shim_guarded(). Messages go to a
+// per-thread buffer for sdalloc_torch_last_error(); the pointer-returning and void hooks
+// that PyTorch calls also print their first failures to stderr, since PyTorch shows nothing.
+#include "sdalloc/torch_shim.h"
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+
+#include "device_stack.hpp"
+#include "sdalloc/errors.hpp"
+#include "shim_config.hpp"
+
+namespace {
+
+using sdalloc::torch_shim::ShimConfig;
+
+constexpr int kMinDevice = -1;
+constexpr int kMaxDevices = 64;  // CUDA devices 0..63; slot 0 of the table is device -1
+constexpr std::size_t kMessageCapacity = 1024;
+constexpr int kMaxReports = 16;  // stderr lines per process, so a loop cannot flood it
+
+thread_local char t_last_error[kMessageCapacity] = "";
+
+struct ShimState {
+  std::mutex mutex;  // configuration and pool creation
+  std::optional<ShimConfig> config;
+  std::string config_error;  // why the configuration is unusable, "" when it is fine
+  std::string config_text;
+  bool configured = false;  // config or config_error is set
+  bool any_pool = false;
+  std::array<double, kMaxDevices + 1> fractions{};  // set_memory_fraction before creation
+  std::array<std::atomic<sdalloc_pool*>, kMaxDevices + 1> pools{};
+  std::atomic<int> reports{0};
+};
+
+// Never destroyed: pools must outlive every free PyTorch may make during its own teardown.
+ShimState& state() {
+  static auto* s = new ShimState();
+  return *s;
+}
+
+void set_error(const char* function, const std::string& message) noexcept {
+  std::snprintf(t_last_error, kMessageCapacity, "%s: %s", function, message.c_str());
+}
+
+sdalloc_status_t status_from_error(const char* function, const char* c_api_message,
+                                   sdalloc_status_t status) noexcept {
+  std::snprintf(t_last_error, kMessageCapacity, "%s: %s", function, c_api_message);
+  return status;
+}
+
+void report(const char* what) noexcept {
+  if (state().reports.fetch_add(1, std::memory_order_relaxed) < kMaxReports) {
+    std::fprintf(stderr, "sdalloc_torch: %s: %s\n", what, t_last_error);
+  }
+}
+
+template <typename Body>
+sdalloc_status_t shim_guarded(const char* function, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const sdalloc::OutOfMemory& e) {
+    set_error(function, e.what());
+    return SDALLOC_ERROR_OUT_OF_MEMORY;
+  } catch (const sdalloc::InvalidArgument& e) {
+    set_error(function, e.what());
+    return SDALLOC_ERROR_INVALID_ARGUMENT;
+  } catch (const std::bad_alloc&) {
+    set_error(function, "out of host memory (std::bad_alloc)");
+    return SDALLOC_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    set_error(function, e.what());
+    return SDALLOC_ERROR_INTERNAL;
+  } catch (...) {
+    set_error(function, "unknown exception");
+    return SDALLOC_ERROR_INTERNAL;
+  }
+}
+
+int slot_of(int device) { return device - kMinDevice; }
+
+void check_device(int device) {
+  if (device < kMinDevice || device >= kMaxDevices) {
+    throw sdalloc::InvalidArgument("device " + std::to_string(device) + " is out of range [" +
+                                   std::to_string(kMinDevice) + ", " +
+                                   std::to_string(kMaxDevices) + ")");
+  }
+}
+
+// Under state().mutex: parses `text` into the state, or records why it cannot be used.
+void apply_config(ShimState& s, const char* text) {
+  s.configured = true;
+  try {
+    s.config = sdalloc::torch_shim::parse_shim_config(text == nullptr ? "" : text);
+    s.config_error.clear();
+    s.config_text = sdalloc::torch_shim::format_shim_config(*s.config);
+  } catch (const sdalloc::InvalidArgument& e) {
+    s.config.reset();
+    s.config_error = e.what();
+    s.config_text.clear();
+    throw;
+  }
+}
+
+// Under state().mutex: the configuration, read from SDALLOC_CONF the first time.
+const ShimConfig& config_locked(ShimState& s) {
+  if (!s.configured) {
+    try {
+      apply_config(s, std::getenv("SDALLOC_CONF"));  // NOLINT(concurrency-mt-unsafe)
+    } catch (const sdalloc::InvalidArgument&) {
+      std::fprintf(stderr, "sdalloc_torch: %s\n", s.config_error.c_str());
+    }
+  }
+  if (!s.config) throw sdalloc::InvalidArgument(s.config_error);
+  return *s.config;
+}
+
+// The device's pool, created on first use. Throws on failure.
+sdalloc_pool* pool_for(int device) {
+  check_device(device);
+  ShimState& s = state();
+  std::atomic<sdalloc_pool*>& slot = s.pools[std::size_t(slot_of(device))];
+  if (sdalloc_pool* pool = slot.load(std::memory_order_acquire)) return pool;
+  std::lock_guard lock(s.mutex);
+  if (sdalloc_pool* pool = slot.load(std::memory_order_acquire)) return pool;
+  const ShimConfig& config = config_locked(s);
+  std::unique_ptr<sdalloc_pool> pool = sdalloc::torch_shim::make_device_pool(config, device);
+  const double fraction = s.fractions[std::size_t(slot_of(device))];
+  if (fraction > 0.0) {
+    auto& limit = sdalloc::torch_shim::limit_of(*pool);
+    limit.set_cap(sdalloc::torch_shim::cap_for(
+        config, fraction, sdalloc::torch_shim::fraction_base(config, *pool)));
+  }
+  s.any_pool = true;
+  slot.store(pool.get(), std::memory_order_release);
+  return pool.release();
+}
+
+}  // namespace
+
+// ==================================================================== allocator
+
+void* sdalloc_torch_malloc(std::size_t size, int device, cudaStream_t stream) noexcept {
+  if (size == 0) return nullptr;
+  sdalloc_pool_t* pool = nullptr;
+  if (shim_guarded(__func__, [&] {
+        pool = pool_for(device);
+        return SDALLOC_SUCCESS;
+      }) != SDALLOC_SUCCESS) {
+    report("allocation failed");
+    return nullptr;
+  }
+  void* ptr = nullptr;
+  const sdalloc_status_t status = sdalloc_malloc(pool, size, stream, &ptr);
+  if (status != SDALLOC_SUCCESS) {
+    // Out of memory is PyTorch's to report (it raises OutOfMemoryError); no stderr line.
+    status_from_error(__func__, sdalloc_last_error(), status);
+    return nullptr;
+  }
+  return ptr;
+}
+
+void sdalloc_torch_free(void* ptr, std::size_t /*size*/, int device,
+                        cudaStream_t stream) noexcept {
+  if (ptr == nullptr) return;
+  sdalloc_pool_t* pool = nullptr;
+  if (device >= kMinDevice && device < kMaxDevices) {
+    pool = state().pools[std::size_t(slot_of(device))].load(std::memory_order_acquire);
+  }
+  if (pool == nullptr) {
+    set_error(__func__, "device " + std::to_string(device) +
+                            " has no sdalloc pool, so the pointer cannot be one of its "
+                            "allocations; ignored");
+    report("free ignored");
+    return;
+  }
+  const sdalloc_status_t status = sdalloc_free(pool, ptr, stream);
+  if (status != SDALLOC_SUCCESS) {
+    status_from_error(__func__, sdalloc_last_error(), status);
+    report("free ignored");
+  }
+}
+
+// ==================================================================== hooks
+
+void sdalloc_torch_init(int /*device_count*/) noexcept {}
+
+void sdalloc_torch_empty_cache(void) noexcept {
+  if (sdalloc_torch_trim(nullptr) != SDALLOC_SUCCESS) report("empty_cache failed");
+}
+
+void sdalloc_torch_record_stream(void* ptr, cudaStream_t stream) noexcept {
+  if (ptr == nullptr) return;
+  for (auto& slot : state().pools) {
+    sdalloc_pool* pool = slot.load(std::memory_order_acquire);
+    if (pool == nullptr) continue;
+    if (sdalloc_record_stream(pool, ptr, stream) == SDALLOC_SUCCESS) return;
+  }
+  set_error(__func__, "the pointer is not a live allocation of any sdalloc pool; ignored");
+  report("record_stream ignored");
+}
+
+void sdalloc_torch_memory_fraction_hook(double fraction, int device) noexcept {
+  if (sdalloc_torch_set_memory_fraction(fraction, device) != SDALLOC_SUCCESS) {
+    report("set_memory_fraction failed");
+  }
+}
+
+// ==================================================================== control
+
+sdalloc_status_t sdalloc_torch_configure(const char* conf) noexcept {
+  return shim_guarded(__func__, [&] {
+    ShimState& s = state();
+    std::lock_guard lock(s.mutex);
+    if (s.any_pool) {
+      throw sdalloc::InvalidArgument(
+          "a pool already exists (the first allocation fixed the configuration to '" +
+          s.config_text + "'): configure before the first allocation");
+    }
+    apply_config(s, conf);
+    return SDALLOC_SUCCESS;
+  });
+}
+
+const char* sdalloc_torch_config(void) noexcept {
+  ShimState& s = state();
+  std::lock_guard lock(s.mutex);
+  try {
+    config_locked(s);
+  } catch (...) {
+    return "";
+  }
+  return s.config_text.c_str();
+}
+
+int sdalloc_torch_has_cuda(void) noexcept {
+  return sdalloc::torch_shim::built_with_cuda() ? 1 : 0;
+}
+
+sdalloc_pool_t* sdalloc_torch_pool(int device) noexcept {
+  if (device < kMinDevice || device >= kMaxDevices) return nullptr;
+  return state().pools[std::size_t(slot_of(device))].load(std::memory_order_acquire);
+}
+
+sdalloc_status_t sdalloc_torch_get_pool(int device, sdalloc_pool_t** out) noexcept {
+  if (out != nullptr) *out = nullptr;
+  return shim_guarded(__func__, [&] {
+    if (out == nullptr) throw sdalloc::InvalidArgument("out is NULL");
+    *out = pool_for(device);
+    return SDALLOC_SUCCESS;
+  });
+}
+
+sdalloc_status_t sdalloc_torch_set_memory_fraction(double fraction, int device) noexcept {
+  return shim_guarded(__func__, [&] {
+    check_device(device);
+    if (!(fraction > 0.0) || fraction > 1.0) {
+      throw sdalloc::InvalidArgument("fraction " + std::to_string(fraction) +
+                                     " is outside (0, 1]");
+    }
+    ShimState& s = state();
+    std::lock_guard lock(s.mutex);
+    const ShimConfig& config = config_locked(s);
+    if (config.backend == sdalloc::torch_shim::Backend::kHost && config.capacity == 0) {
+      throw sdalloc::InvalidArgument(
+          "a memory fraction with backend:host needs capacity in SDALLOC_CONF (the host has "
+          "no device memory size to take a fraction of)");
+    }
+    s.fractions[std::size_t(slot_of(device))] = fraction;
+    if (sdalloc_pool* pool = s.pools[std::size_t(slot_of(device))].load()) {
+      auto& limit = sdalloc::torch_shim::limit_of(*pool);
+      limit.set_cap(sdalloc::torch_shim::cap_for(
+          config, fraction, sdalloc::torch_shim::fraction_base(config, *pool)));
+    }
+    return SDALLOC_SUCCESS;
+  });
+}
+
+sdalloc_status_t sdalloc_torch_trim(std::size_t* released) noexcept {
+  if (released != nullptr) *released = 0;
+  std::size_t total = 0;
+  for (auto& slot : state().pools) {
+    sdalloc_pool* pool = slot.load(std::memory_order_acquire);
+    if (pool == nullptr) continue;
+    std::size_t bytes = 0;
+    const sdalloc_status_t status = sdalloc_trim(pool, &bytes);
+    if (status != SDALLOC_SUCCESS) return status_from_error(__func__, sdalloc_last_error(), status);
+    total += bytes;
+  }
+  if (released != nullptr) *released = total;
+  return SDALLOC_SUCCESS;
+}
+
+const char* sdalloc_torch_last_error(void) noexcept { return t_last_error; }

@@ -1,0 +1,255 @@
+"""libsdalloc_torch.so through ctypes with the exact signatures PyTorch calls, its
+SDALLOC_CONF parsing and errors, its hooks, and sdalloc.torch's install()/mempool() guards.
+
+The shim keeps one configuration and one pool per device for the whole process, so each
+scenario runs in a fresh interpreter (conftest.run_python)."""
+
+import pytest
+
+from conftest import run_python
+
+# Indented like the scenarios, which are dedented as one text.
+PRELUDE = """
+    import ctypes, gc, sys
+    from ctypes import c_int, c_size_t, c_void_p, c_double
+    import sdalloc, sdalloc.torch as st
+    from sdalloc import _native
+    lib = _native.shim()
+    c = lib.c
+    MiB = 1 << 20
+"""
+
+
+def check(result):
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    return result
+
+
+def test_exported_functions_have_pytorchs_signatures_and_serve_host_pools(libraries):
+    check(run_python(PRELUDE + """
+    st.configure(backend="host")
+    # void* sdalloc_torch_malloc(size_t, int, cudaStream_t)
+    malloc = ctypes.CFUNCTYPE(c_void_p, c_size_t, c_int, c_void_p)(("sdalloc_torch_malloc", c))
+    # void sdalloc_torch_free(void*, size_t, int, cudaStream_t)
+    free = ctypes.CFUNCTYPE(None, c_void_p, c_size_t, c_int, c_void_p)(("sdalloc_torch_free", c))
+    stream = c_void_p(0x1234)
+    a = malloc(1 << 20, 0, stream)
+    b = malloc(1000, 0, None)
+    h = malloc(4096, -1, None)     # device -1: the host pool of the CPU tests
+    d3 = malloc(512, 3, None)      # one pool per device
+    assert a and b and h and d3 and len({a, b, h, d3}) == 4
+    assert a % 512 == 0 and b % 512 == 0
+    ctypes.memset(a, 0xAB, 1 << 20)  # real, writable host memory
+    pools = st.pools()
+    assert sorted(pools) == [-1, 0, 3], sorted(pools)
+    s0 = sdalloc.stats(device=0)
+    assert s0["allocation.all.current"] == 2 and s0["requested_bytes.all.current"] == (1 << 20) + 1000
+    assert malloc(0, 0, None) is None  # zero bytes: nullptr
+    free(a, 1 << 20, 0, stream)
+    free(b, 1000, 0, None)
+    free(h, 4096, -1, None)
+    free(d3, 512, 3, None)
+    assert sdalloc.stats(device=0)["allocation.all.current"] == 0
+    assert sdalloc.stats(device=0)["allocation.all.freed"] == 2
+    assert st.empty_cache() > 0               # the reset hook's work: cached segments go back
+    assert sdalloc.stats(device=0)["reserved_bytes.all.current"] == 0
+    c.sdalloc_torch_empty_cache()             # the hook itself (void(void))
+    snap = sdalloc.snapshot()
+    assert {s["device"] for s in snap["segments"]} <= {-1, 0, 3}
+    assert "backend:host" in snap["allocator_settings"]["SDALLOC_CONF"]
+    print("ok")
+    """))
+
+
+def test_free_of_a_foreign_pointer_is_reported_not_fatal(libraries):
+    result = check(run_python(PRELUDE + """
+    st.configure(backend="host")
+    p = c.sdalloc_torch_malloc(100, 0, None)
+    buf = ctypes.create_string_buffer(64)
+    c.sdalloc_torch_free(ctypes.addressof(buf), 64, 0, None)
+    assert b"not memory of this pool" in c.sdalloc_torch_last_error(), c.sdalloc_torch_last_error()
+    c.sdalloc_torch_free(p, 100, 7, None)       # a device that never allocated
+    assert b"device 7 has no sdalloc pool" in c.sdalloc_torch_last_error()
+    c.sdalloc_torch_free(p, 100, 0, None)
+    c.sdalloc_torch_free(p, 100, 0, None)       # double free: reported, ignored
+    assert sdalloc.stats(device=0)["allocation.all.current"] == 0
+    assert c.sdalloc_torch_malloc(100, 64, None) is None  # device out of range
+    assert b"out of range" in c.sdalloc_torch_last_error()
+    print("ok")
+    """))
+    assert "sdalloc_torch: free ignored" in result.stderr
+
+
+def test_record_stream_hook_and_memory_fraction(libraries):
+    check(run_python(PRELUDE + """
+    st.configure(backend="host", capacity="64MiB")
+    p = c.sdalloc_torch_malloc(MiB, 0, None)
+    c.sdalloc_torch_record_stream(p, c_void_p(0x99))   # void(void*, cudaStream_t)
+    assert c.sdalloc_torch_last_error() == b""
+    c.sdalloc_torch_record_stream(c_void_p(0x10), c_void_p(0x99))
+    assert b"not a live allocation of any sdalloc pool" in c.sdalloc_torch_last_error()
+    c.sdalloc_torch_free(p, MiB, 0, None)
+    # Half of the 64 MiB capacity: 40 MiB fails, 20 MiB fits.
+    c.sdalloc_torch_memory_fraction_hook(c_double(0.5), 0)   # void(double, int)
+    assert c.sdalloc_torch_malloc(40 * MiB, 0, None) is None
+    assert b"out of memory" in c.sdalloc_torch_last_error()
+    q = c.sdalloc_torch_malloc(20 * MiB, 0, None)
+    assert q
+    c.sdalloc_torch_free(q, 20 * MiB, 0, None)
+    st.set_memory_fraction(1.0, 0)
+    r = c.sdalloc_torch_malloc(40 * MiB, 0, None)
+    assert r
+    c.sdalloc_torch_free(r, 40 * MiB, 0, None)
+    for bad in (0.0, 1.5, -1.0):
+        try:
+            st.set_memory_fraction(bad, 0)
+        except sdalloc.SdallocError as e:
+            assert "outside (0, 1]" in str(e), e
+        else:
+            raise AssertionError("fraction accepted")
+    # A fraction set before the device's pool exists applies when it is created.
+    st.set_memory_fraction(0.25, 5)
+    assert c.sdalloc_torch_malloc(20 * MiB, 5, None) is None
+    print("ok")
+    """))
+
+
+def test_memory_fraction_on_host_needs_capacity(libraries):
+    check(run_python(PRELUDE + """
+    st.configure(backend="host")
+    try:
+        st.set_memory_fraction(0.5, 0)
+    except sdalloc.SdallocError as e:
+        assert "needs capacity" in str(e), e
+    else:
+        raise AssertionError("accepted")
+    print("ok")
+    """))
+
+
+@pytest.mark.parametrize("conf, message", [
+    ("mode:bogus", "mode must be pool, async or vmm, in 'mode:bogus'"),
+    ("backend:host,capacity:12XB", "unknown size unit 'XB'"),
+    ("backend:host,capcity:1", "unknown key 'capcity'"),
+    ("backend:host,backend:cuda", "the key 'backend' is repeated"),
+    ("backend:host,mode", "expected key:value, in 'mode'"),
+    ("backend:host,memory_fraction:2", "memory_fraction must be a number in (0, 1]"),
+    ("backend:host,granularity:1000", "segment_granularity must be a power of two"),
+    ("backend:host,consolidate:maybe", "expected true or false"),
+    ("backend:host,mode:async", "backend:host supports only mode:pool"),
+])
+def test_bad_sdalloc_conf_fails_allocations_with_a_message(libraries, conf, message):
+    result = check(run_python(PRELUDE + f"""
+    assert c.sdalloc_torch_malloc(100, 0, None) is None
+    error = c.sdalloc_torch_last_error().decode()
+    assert {message!r} in error, error
+    assert c.sdalloc_torch_config() == b""
+    import os
+    del os.environ["SDALLOC_CONF"]  # configure() starts from it; here only the keywords count
+    try:
+        st.configure(backend="host", mode="bogus")
+    except sdalloc.SdallocError as e:
+        assert e.status == "INVALID_ARGUMENT" and "mode must be" in str(e)
+    else:
+        raise AssertionError("bad configure accepted")
+    print("ok")
+    """, env={"SDALLOC_CONF": conf}))
+    assert "SDALLOC_CONF:" in result.stderr  # printed once, since PyTorch shows nothing
+
+
+def test_configure_after_the_first_allocation_is_refused(libraries):
+    check(run_python(PRELUDE + """
+    st.configure(backend="host", granularity="4MiB")
+    assert "granularity:4MiB" in st.config_text()
+    p = c.sdalloc_torch_malloc(100, 0, None)
+    try:
+        st.configure(backend="host")
+    except sdalloc.SdallocError as e:
+        assert "configure before the first allocation" in str(e), e
+    else:
+        raise AssertionError("accepted")
+    try:
+        st.configure(bogus=1)
+    except TypeError as e:
+        assert "unknown setting 'bogus'" in str(e)
+    c.sdalloc_torch_free(p, 100, 0, None)
+    print("ok")
+    """))
+
+
+def test_environment_configuration_is_read_on_first_use(libraries):
+    check(run_python(PRELUDE + """
+    assert c.sdalloc_torch_malloc(100, 0, None)
+    text = c.sdalloc_torch_config().decode()
+    assert text.startswith("backend:host,mode:pool,capacity:32MiB"), text
+    assert "min_segment:4MiB" in text and "release_before_growth:false" in text
+    print("ok")
+    """, env={"SDALLOC_CONF": "backend:host, capacity:32MiB ,min_segment:4MiB,"
+                              "release_before_growth:false"}))
+
+
+def test_cuda_backend_without_a_device_fails_cleanly(libraries):
+    check(run_python(PRELUDE + """
+    p = c.sdalloc_torch_malloc(100, 0, None)   # default backend: cuda
+    error = c.sdalloc_torch_last_error().decode()
+    if st.has_cuda():
+        assert p is None and "CUDA is not usable here" in error, error
+    else:
+        assert p is None and "built without CUDA" in error, error
+    print("ok")
+    """))
+
+
+def test_record_traces_the_shim_pool(libraries, tmp_path):
+    trace = tmp_path / "shim.csv"
+    check(run_python(PRELUDE + f"""
+    st.configure(backend="host")
+    st.pool(0)
+    with sdalloc.record({str(trace)!r}) as rec:
+        p = c.sdalloc_torch_malloc(4096, 0, c_void_p(0x42))
+        c.sdalloc_torch_free(p, 4096, 0, c_void_p(0x42))
+    assert rec.events == 2
+    print("ok")
+    """))
+    assert trace.read_text() == "op,id,size,stream\na,0,4096,1\nf,0,4096,1\n"
+
+
+def test_install_after_cuda_initialised_says_it_is_too_late(torch):  # pylint: disable=unused-argument
+    result = check(run_python("""
+    import torch, sdalloc.torch as st
+    torch.cuda.is_initialized = lambda: True   # as after the first CUDA allocation
+    torch.cuda.device_count = lambda: 1
+    torch.cuda.memory_reserved = lambda device=None: 20971520
+    try:
+        st.install(mode="pool")
+    except RuntimeError as e:
+        print(e)
+    else:
+        raise AssertionError("install accepted")
+    assert not st.installed()
+    """))
+    assert "called too late" in result.stdout
+    assert "20971520 bytes already reserved" in result.stdout
+    assert "before the first CUDA tensor" in result.stdout
+
+
+def test_install_and_mempool_name_what_this_torch_lacks(torch):
+    result = check(run_python("""
+    import torch, sdalloc.torch as st
+    for call in (st.install, st.mempool):
+        try:
+            call()
+        except RuntimeError as e:
+            print(call.__name__, "->", e)
+        else:
+            raise AssertionError(call.__name__ + " accepted")
+    """))
+    major_minor = tuple(int(x) for x in torch.__version__.split(".")[:2])
+    if major_minor < (2, 0):
+        assert "install -> sdalloc.torch: torch" in result.stdout
+        assert "CUDAPluggableAllocator" in result.stdout
+    else:
+        assert "install -> sdalloc.torch:" in result.stdout
+    if major_minor < (2, 5):
+        assert "needs torch.cuda.MemPool, which PyTorch added in 2.5" in result.stdout
+        assert f"this is torch {torch.__version__}" in result.stdout
