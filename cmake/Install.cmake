@@ -58,8 +58,8 @@ install(FILES ${PROJECT_BINARY_DIR}/sdalloc.pc
   DESTINATION ${SDALLOC_PC_DIR} COMPONENT development)
 
 # Command-line tools, when built (SDALLOC_BUILD_TOOLS).
-if(TARGET sdalloc-pool-replay)
-  install(TARGETS sdalloc-pool-replay RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
+if(TARGET sdalloc_cli)
+  install(TARGETS sdalloc_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tools)
 endif()
 
 # The PyTorch shim (libsdalloc_torch.so) and the Python package over the C API (pure Python,

@@ -154,6 +154,7 @@ struct CachingPool::Impl {
       // polled here (never waited for), one query per pending block, nothing when none is
       // pending. Otherwise a pool whose cache keeps hitting would hold them, and their
       // events, until its next miss.
+      if (!shard.pending.empty()) shard.collect_pending(events, /*wait=*/false);
       if (Block* block = shard.allocate(fit, bytes)) return block->ptr();
     }
     return allocate_slow(shard, fit, bytes);

@@ -22,8 +22,8 @@ std::size_t round_up(std::size_t v, std::size_t to) { return (v + to - 1) / to *
 
 // One allocation of the recorded step; slot k is the k-th allocation.
 struct Slot {
-  std::size_t rounded = 0;    // size after rounding to kRounding: what must match
-  std::size_t alignment = 0;  // max(requested alignment, kRounding): must match too
+  std::size_t rounded = 0;        // size after rounding to kRounding: what must match
+  std::size_t alignment = 0;      // max(requested alignment, kRounding): must match too
   std::int64_t allocated_at = 0;  // event index of the allocation
   std::int64_t freed_at = -1;     // event index of the free, -1 while live
   std::size_t offset = 0;         // in the arena, once planned
@@ -43,16 +43,23 @@ struct Arena {
   void* segment = nullptr;
   std::size_t segment_bytes = 0;
   std::uintptr_t base = 0;
-  std::size_t size = 0;                 // plan.arena_size
-  std::vector<std::size_t> offsets;     // distinct planned offsets, sorted
-  std::vector<std::int64_t> occupant;   // per offset: live slot or -1
-  std::vector<std::size_t> requested;   // per slot: bytes asked for while live
-  std::vector<std::size_t> rounded;     // per slot: rounded size
+  std::size_t size = 0;                // plan.arena_size
+  std::vector<std::size_t> offsets;    // distinct planned offsets, sorted
+  std::vector<std::int64_t> occupant;  // per offset: live slot or -1
+  std::vector<std::size_t> requested;  // per slot: bytes asked for while live
+  std::vector<std::size_t> rounded;    // per slot: rounded size
   std::size_t live_count = 0;
   std::size_t live_bytes = 0;
   std::size_t allocated_bytes = 0;
 
   bool contains(std::uintptr_t p) const { return p >= base && p < base + size; }
+};
+
+// A recorded allocation served by the upstream resource itself.
+struct DirectAllocation {
+  void* raw = nullptr;        // what the upstream returned
+  std::size_t raw_bytes = 0;  // what was asked of the upstream
+  std::size_t requested = 0;  // what the caller asked for
 };
 
 }  // namespace
@@ -77,6 +84,8 @@ struct PlannedArena::Impl {
   }
 
   ~Impl() {
+    for (const auto& [ptr, d] : direct_live)
+      upstream.deallocate(d.raw, d.raw_bytes, options.plan_stream);
     if (current) release(*current);
     for (auto& arena : retired) release(*arena);
   }
@@ -98,7 +107,17 @@ struct PlannedArena::Impl {
   bool recording = false;  // in_step and no plan: the step is being recorded
   bool divergent = false;  // in a planned step: the step left the plan
   std::size_t cursor = 0;  // next event of the plan the step must match
-  std::unordered_map<void*, std::uint32_t> recording_live;  // fallback ptr -> slot
+  std::unordered_map<void*, std::uint32_t> recording_live;  // recorded ptr -> slot
+  // Recorded allocations taken straight from the upstream (record_through_upstream), by the
+  // pointer handed out; they may outlive their step.
+  std::unordered_map<void*, DirectAllocation> direct_live;
+  std::size_t direct_bytes = 0;       // sum of DirectAllocation::raw_bytes
+  std::size_t direct_live_bytes = 0;  // sum of DirectAllocation::requested
+  std::size_t direct_peak_bytes = 0;
+  std::size_t direct_peak_count = 0;
+  std::size_t direct_peak_live_bytes = 0;
+  std::uint64_t direct_allocations = 0;  // each is an upstream segment of its own
+  std::uint64_t direct_frees = 0;
   std::size_t divergent_in_a_row = 0;
 
   PlannedArenaCounters counters;
@@ -151,10 +170,58 @@ struct PlannedArena::Impl {
       if (void* p = try_planned(bytes, rounded, effective_alignment)) return p;
       diverge();
     }
+    if (in_step && recording && options.record_through_upstream) {
+      void* p = allocate_direct(bytes, rounded, effective_alignment);
+      ++counters.recorded_allocations;
+      record_allocation(p, rounded, effective_alignment);
+      return p;
+    }
     void* p = pool.allocate(bytes, alignment, stream);
     ++counters.fallback_allocations;
-    if (in_step && recording) record_allocation(p, rounded, effective_alignment);
+    if (in_step && recording) {
+      ++counters.recorded_allocations;
+      record_allocation(p, rounded, effective_alignment);
+    }
     return p;
+  }
+
+  // The upstream guarantees kMinAlignment; a stricter alignment takes slack to align up.
+  void* allocate_direct(std::size_t bytes, std::size_t rounded, std::size_t alignment) {
+    const std::size_t raw_bytes =
+        rounded + (alignment > kMinAlignment ? alignment - kMinAlignment : 0);
+    void* raw = upstream.allocate(raw_bytes, options.plan_stream);
+    void* p = reinterpret_cast<void*>(round_up(reinterpret_cast<std::uintptr_t>(raw), alignment));
+    try {
+      direct_live.emplace(p, DirectAllocation{raw, raw_bytes, bytes});
+    } catch (...) {
+      upstream.deallocate(raw, raw_bytes, options.plan_stream);
+      throw;
+    }
+    direct_bytes += raw_bytes;
+    direct_live_bytes += bytes;
+    direct_peak_bytes = std::max(direct_peak_bytes, direct_bytes);
+    direct_peak_count = std::max(direct_peak_count, direct_live.size());
+    direct_peak_live_bytes = std::max(direct_peak_live_bytes, direct_live_bytes);
+    ++direct_allocations;
+    return p;
+  }
+
+  // Returns false when ptr is not a direct allocation.
+  bool deallocate_direct(void* ptr, std::size_t bytes) {
+    const auto it = direct_live.find(ptr);
+    if (it == direct_live.end()) return false;
+    const DirectAllocation d = it->second;
+    if (d.requested != bytes) {
+      throw InvalidArgument(name() + ": free of " + std::to_string(bytes) +
+                            " bytes, but the allocation was " + std::to_string(d.requested) +
+                            " bytes");
+    }
+    direct_live.erase(it);
+    upstream.deallocate(d.raw, d.raw_bytes, options.plan_stream);
+    direct_bytes -= d.raw_bytes;
+    direct_live_bytes -= d.requested;
+    ++direct_frees;
+    return true;
   }
 
   void count_fallback() {
@@ -184,15 +251,12 @@ struct PlannedArena::Impl {
   }
 
   void update_arena_peaks() {
-    arena_peak_live = std::max(arena_peak_live, sum_arenas([](const Arena& a) {
-                                 return a.live_bytes;
-                               }));
-    arena_peak_allocated = std::max(arena_peak_allocated, sum_arenas([](const Arena& a) {
-                                      return a.allocated_bytes;
-                                    }));
-    arena_peak_live_allocations =
-        std::max(arena_peak_live_allocations,
-                 sum_arenas([](const Arena& a) { return a.live_count; }));
+    arena_peak_live =
+        std::max(arena_peak_live, sum_arenas([](const Arena& a) { return a.live_bytes; }));
+    arena_peak_allocated = std::max(arena_peak_allocated,
+                                    sum_arenas([](const Arena& a) { return a.allocated_bytes; }));
+    arena_peak_live_allocations = std::max(arena_peak_live_allocations,
+                                           sum_arenas([](const Arena& a) { return a.live_count; }));
   }
 
   void record_allocation(void* p, std::size_t rounded, std::size_t alignment) {
@@ -223,12 +287,14 @@ struct PlannedArena::Impl {
       }
       return;
     }
-    if (!(in_step && recording)) {
+    const bool direct = deallocate_direct(ptr, bytes);
+    if (!direct && !(in_step && recording)) {
       lock.unlock();
       pool.deallocate(ptr, bytes, stream);  // checks the pointer and the size
       return;
     }
-    pool.deallocate(ptr, bytes, stream);
+    if (!direct) pool.deallocate(ptr, bytes, stream);
+    if (!(in_step && recording)) return;
     auto it = recording_live.find(ptr);
     if (it != recording_live.end()) {
       slots[it->second].freed_at = static_cast<std::int64_t>(events.size());
@@ -250,8 +316,8 @@ struct PlannedArena::Impl {
     const auto k = static_cast<std::size_t>(arena.occupant[index]);
     if (arena.requested[k] != bytes) {
       throw InvalidArgument(name() + ": free of " + std::to_string(bytes) +
-                            " bytes, but the allocation was " +
-                            std::to_string(arena.requested[k]) + " bytes");
+                            " bytes, but the allocation was " + std::to_string(arena.requested[k]) +
+                            " bytes");
     }
     if (is_current && planned_step_active() && !divergent) {
       const bool expected = stream == options.plan_stream && cursor < events.size() &&
@@ -352,6 +418,9 @@ struct PlannedArena::Impl {
     // the base.
     arena->segment_bytes =
         arena->size + (max_alignment > kMinAlignment ? max_alignment - kMinAlignment : 0);
+    // What the fallback pool cached while recording is not needed once the arena serves the
+    // step; returning it first keeps the peak at the arena, not arena + cache.
+    pool.trim();
     try {
       arena->segment = upstream.allocate(arena->segment_bytes, options.plan_stream);
     } catch (const OutOfMemory&) {
@@ -388,7 +457,20 @@ struct PlannedArena::Impl {
     const std::size_t allocated = sum_arenas([](const Arena& a) { return a.allocated_bytes; });
     const std::size_t reserved = sum_arenas([](const Arena& a) { return a.segment_bytes; });
     const std::size_t count = sum_arenas([](const Arena& a) { return a.live_count; });
-    s.live_bytes += live;
+    s.live_bytes += live + direct_live_bytes;
+    s.allocated_bytes += direct_bytes;
+    s.reserved_bytes += direct_bytes;
+    s.peak_reserved_bytes += direct_peak_bytes;
+    s.live_allocations += direct_live.size();
+    s.peak_live_allocations += direct_peak_count;
+    s.peak_live_bytes += direct_peak_live_bytes;
+    s.peak_allocated_bytes += direct_peak_bytes;
+    s.allocations += direct_allocations;
+    s.frees += direct_frees;
+    s.segments += direct_live.size();
+    s.peak_segments += direct_peak_count;
+    s.segment_allocations += direct_allocations;
+    s.segment_releases += direct_frees;
     s.peak_live_bytes += arena_peak_live;
     s.allocated_bytes += allocated;
     s.peak_allocated_bytes += arena_peak_allocated;

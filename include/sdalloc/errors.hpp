@@ -59,5 +59,8 @@ class OutOfMemory : public Error {
 
 // Human-readable size, e.g. "2262839808 B (2158.0 MiB)". Used in every error message.
 std::string format_bytes(std::size_t bytes);
+// Only the rounded figure: "512 B", "4.0 KiB", "20.0 MiB", "8.0 GiB" (the largest binary
+// unit the value reaches), for names and tables where the exact count would be noise.
+std::string format_size(std::size_t bytes);
 
 }  // namespace sdalloc

@@ -7,11 +7,15 @@
 // search, no splitting, no merging, and the arena is as small as the planner can make it.
 //
 // Steps are marked by the caller: begin_step() ... end_step().
-//  - Without a plan, a step is recorded: every request is served by the fallback CachingPool
-//    and its (rounded size, alignment) and the order of allocations and frees are noted.
-//    end_step() plans the recording (buffers live at end_step() live to the end of the step),
-//    reserves ONE arena of the plan's size from the upstream resource, and the next step is
-//    served from it. A step with no allocations plans nothing; the next step records again.
+//  - Without a plan, a step is recorded: its (rounded size, alignment) and the order of
+//    allocations and frees are noted. With record_through_upstream (the default) each
+//    recorded allocation is taken from the upstream resource itself and returned to it when
+//    freed, so the recording step holds what is live and no cache (one upstream call per
+//    request, once); otherwise the fallback CachingPool serves it. end_step() plans the
+//    recording (buffers live at end_step() live to the end of the step), returns what the
+//    fallback pool has cached (trim), reserves ONE arena of the plan's size from the upstream
+//    resource, and the next step is served from it. A step with no allocations plans
+//    nothing; the next step records again.
 //  - In a planned step, the step follows the plan while each allocation and each free of an
 //    arena pointer is exactly the next event of the recording (an allocation: same size
 //    after rounding to CachingPool::kRounding and same alignment; a free: the buffer the
@@ -67,6 +71,10 @@ struct PlannedArenaOptions {
   Stream plan_stream = kDefaultStream;           // the stream whose sequence is planned
   double planner_time_limit_seconds = 1.0;       // per plan, spent inside end_step()
   CachingPoolOptions fallback = {};              // options of the fallback pool
+  // Serve the recording step's plan-stream allocations straight from the upstream, so the
+  // step being recorded does not hold a pool's cache beside what is live. Off: the
+  // fallback pool serves them (faster recording, more memory held while recording).
+  bool record_through_upstream = true;
 
   // Throws InvalidArgument for replan_after_divergent_steps == 0, a negative time limit, or
   // bad fallback options.
@@ -76,6 +84,7 @@ struct PlannedArenaOptions {
 struct PlannedArenaCounters {
   std::uint64_t planned_allocations = 0;   // served from an arena
   std::uint64_t fallback_allocations = 0;  // served by the fallback pool (all streams)
+  std::uint64_t recorded_allocations = 0;  // allocations of recorded steps (any source)
   std::uint64_t recorded_steps = 0;        // steps recorded (each produced a plan or nothing)
   std::uint64_t planned_steps = 0;         // steps begun with a plan
   std::uint64_t divergent_steps = 0;       // planned steps that diverged

@@ -25,10 +25,12 @@
 #include "conformance/resource_accounting.hpp"
 #include "sdalloc/caching_pool.hpp"
 #include "sdalloc/host_resource.hpp"
+#include "sdalloc/host_virtual_memory.hpp"
 #include "sdalloc/limit_resource.hpp"
 #include "sdalloc/planned_arena.hpp"
 #include "sdalloc/stats_resource.hpp"
 #include "sdalloc/trace_resource.hpp"
+#include "sdalloc/virtual_memory_pool.hpp"
 
 namespace sdalloc::conformance {
 
@@ -207,12 +209,30 @@ struct PoolOverTraceConfig : PoolTraits {
 
 // ---- planned arenas ------------------------------------------------------------------------
 
-// A PlannedArena inside a step that never ends, with no plan yet: every request is served by
-// its fallback pool and every default-stream request is recorded under the arena's lock.
+// A PlannedArena inside a step that never ends, with no plan yet: every default-stream
+// request is recorded under the arena's lock and served straight from the upstream
+// (record_through_upstream); other streams go to the fallback pool.
 struct PlannedArenaRecordingConfig : PoolTraits {
   static constexpr const char* kName = "PlannedArenaRecording";
   static constexpr bool kIsPool = false;  // the top of the stack is not a CachingPool
   PlannedArenaRecordingConfig() { arena.begin_step(); }
+  MemoryResource& resource() { return arena; }
+  void expect_accounting(const ReferenceModel& model) {
+    const PoolStats s = arena.stats();
+    EXPECT_EQ(s.live_bytes, model.totals().bytes);
+    EXPECT_EQ(s.live_allocations, model.totals().count);
+    EXPECT_GE(s.reserved_bytes, s.live_bytes);
+    EXPECT_NO_THROW(arena.fallback_pool().check_invariants());
+  }
+  HostResource host;
+  PlannedArena arena{host};
+};
+
+// The same with record_through_upstream off: the fallback pool serves the recording.
+struct PlannedArenaRecordingThroughPoolConfig : PoolTraits {
+  static constexpr const char* kName = "PlannedArenaRecordingThroughPool";
+  static constexpr bool kIsPool = false;
+  PlannedArenaRecordingThroughPoolConfig() { arena.begin_step(); }
   MemoryResource& resource() { return arena; }
   void expect_accounting(const ReferenceModel& model) {
     expect_pool_matches(arena.fallback_pool(), model);
@@ -220,9 +240,89 @@ struct PlannedArenaRecordingConfig : PoolTraits {
     EXPECT_EQ(s.live_bytes, model.totals().bytes);
     EXPECT_EQ(s.live_allocations, model.totals().count);
   }
+  static PlannedArenaOptions options() {
+    PlannedArenaOptions o;
+    o.record_through_upstream = false;
+    return o;
+  }
   HostResource host;
-  PlannedArena arena{host};
+  PlannedArena arena{host, options()};
 };
+
+// ---- pools over virtual memory -------------------------------------------------------------
+
+// A VirtualMemoryPool over HostVirtualMemory. Its stats() are PoolStats too, with reserved =
+// physical bytes held; the checks below are expect_pool_matches' where they apply, plus the
+// VirtualMemory's own view of what is mapped and created.
+template <typename Options>
+struct VirtualMemoryPoolOverHostConfig : PoolTraits {
+  static constexpr const char* kName = Options::kName;
+  static constexpr std::size_t kCapacity = Options::make().max_physical_bytes;
+  MemoryResource& resource() { return vm_pool; }
+  VirtualMemoryPool& pool() { return vm_pool; }
+  void expect_accounting(const ReferenceModel& model) {
+    SCOPED_TRACE(vm_pool.name());
+    const PoolStats s = vm_pool.stats();
+    const LiveTotals& totals = model.totals();
+    EXPECT_EQ(s.live_bytes, totals.bytes);
+    EXPECT_EQ(s.live_allocations, totals.count);
+    EXPECT_GE(s.allocated_bytes, totals.rounded_bytes);
+    EXPECT_EQ(s.pending_free_bytes, 0u);
+    EXPECT_GE(s.reserved_bytes, s.allocated_bytes) << "live blocks lie on mapped pages";
+    EXPECT_EQ(s.free_bytes, s.reserved_bytes - s.allocated_bytes);
+    EXPECT_LE(s.largest_free_block, s.free_bytes);
+    EXPECT_GE(s.peak_live_bytes, s.live_bytes);
+    EXPECT_GE(s.peak_reserved_bytes, s.reserved_bytes);
+    EXPECT_EQ(s.allocations - s.frees, s.live_allocations);
+    EXPECT_EQ(s.segment_allocations - s.segment_releases, s.segments);
+    if (kCapacity != 0) EXPECT_LE(s.peak_reserved_bytes, kCapacity);
+    const VirtualMemoryPoolStats v = vm_pool.vm_stats();
+    EXPECT_EQ(v.physical_bytes, s.reserved_bytes);
+    EXPECT_EQ(v.physical_bytes, memory.physical_bytes()) << "pool and memfd agree";
+    EXPECT_EQ(v.mapped_bytes, memory.mapped_bytes());
+    EXPECT_EQ(v.address_space_bytes, memory.reserved_bytes());
+    for (const auto& [address, entry] : model.live()) {
+      const void* ptr = reinterpret_cast<const void*>(address);
+      EXPECT_EQ(vm_pool.allocation_size(ptr), entry.size) << "allocation_size(" << ptr << ")";
+    }
+    EXPECT_NO_THROW(vm_pool.check_invariants());
+  }
+  HostVirtualMemory memory;
+  VirtualMemoryPool vm_pool{memory, Options::make()};
+};
+
+struct DefaultVirtualMemoryOptions {
+  static constexpr const char* kName = "VirtualMemoryPool";
+  static constexpr VirtualMemoryPoolOptions make() { return {}; }
+};
+
+// A physical cap, like LimitResource's over a CachingPool; 2 MiB pages keep exhausting 8 GiB
+// to a few thousand map calls.
+struct CappedVirtualMemoryOptions {
+  static constexpr const char* kName = "VirtualMemoryPoolCapped";
+  static constexpr VirtualMemoryPoolOptions make() {
+    return {.max_physical_bytes = kLimitedCapacity, .large_page_size = 2 * kMiB};
+  }
+};
+
+// Every freed page is unmapped at once and every reuse maps again: the map paths all the time.
+struct EagerUnmapVirtualMemoryOptions {
+  static constexpr const char* kName = "VirtualMemoryPoolEagerUnmap";
+  static constexpr VirtualMemoryPoolOptions make() {
+    return {.small_page_size = 4 * kKiB, .eager_unmap = true};
+  }
+};
+
+using VirtualMemoryPoolConfig = VirtualMemoryPoolOverHostConfig<DefaultVirtualMemoryOptions>;
+using VirtualMemoryPoolCappedConfig = VirtualMemoryPoolOverHostConfig<CappedVirtualMemoryOptions>;
+using VirtualMemoryPoolEagerUnmapConfig =
+    VirtualMemoryPoolOverHostConfig<EagerUnmapVirtualMemoryOptions>;
+
+// What the suites read from either kind of pool.
+inline std::size_t initial_reservation_of(const CachingPool& pool) {
+  return pool.options().initial_reservation;
+}
+inline std::size_t initial_reservation_of(const VirtualMemoryPool&) { return 0; }
 
 // ---- the lists the typed suites run over ---------------------------------------------------
 
@@ -231,7 +331,9 @@ using AllConfigurations =
                      TraceOverHostConfig, PoolConfig, PoolWithInitialReservationConfig,
                      PoolKeepingCacheOnGrowthConfig, PoolWithSmallSegmentsConfig,
                      PoolWithSmallHugeThresholdConfig, PoolOverLimitConfig, StatsOverPoolConfig,
-                     PoolOverTraceConfig, PlannedArenaRecordingConfig>;
+                     PoolOverTraceConfig, PlannedArenaRecordingConfig,
+                     PlannedArenaRecordingThroughPoolConfig, VirtualMemoryPoolConfig,
+                     VirtualMemoryPoolCappedConfig, VirtualMemoryPoolEagerUnmapConfig>;
 
 using PoolConfigurations =
     ::testing::Types<PoolConfig, PoolWithInitialReservationConfig, PoolKeepingCacheOnGrowthConfig,

@@ -1,18 +1,6 @@
-// sdalloc-plan - static memory planning for a known schedule of buffers.
-//
-//     sdalloc-plan INPUT [--output FILE] [--capacity B] [--time-limit S] [--json]
-//
-// INPUT is MiniMalloc's CSV (`id,lower,upper,size`) or an event trace (`op,id,size[,stream]`,
-// plain or gzip; time = event index, see sdalloc/planner.hpp). The planner runs the greedy
-// heuristics and the canonical search (sdalloc::plan) and prints the arena size, the lower
-// bound (peak live bytes), their ratio and the time; --json prints one object
-// {"arena": B, "lower_bound": B, "ratio": R, "seconds": S, "fits": bool} instead. --output
-// writes `id,lower,upper,size,offset`. With --capacity B the planner looks for a plan within
-// B bytes (suffixes K, M, G) and the exit status says whether it found one. Searches longer
-// than a second print progress on stderr.
-// Exit status: 0 a plan (within the capacity, if given), 1 bad input, 2 bad usage,
-// 3 no plan within the capacity was found in the time limit.
-#include <CLI/CLI.hpp>
+// `sdalloc plan` - static memory planning for a known schedule of buffers (plan_command.hpp).
+#include "plan_command.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -26,16 +14,10 @@
 #include "sdalloc/errors.hpp"
 #include "sdalloc/event_trace.hpp"
 #include "sdalloc/planner.hpp"
+#include "sdalloc/trace_input.hpp"
 
+namespace sdalloc::tools {
 namespace {
-
-struct PlanToolOptions {
-  std::string input;
-  std::string output;
-  std::uint64_t capacity = 0;
-  double time_limit = 10.0;
-  bool json = false;
-};
 
 // MiniMalloc CSVs start with "id,"; anything else (including gzip) is read as an event trace.
 std::vector<sdalloc::Buffer> read_buffers(const std::string& path) {
@@ -46,10 +28,12 @@ std::vector<sdalloc::Buffer> read_buffers(const std::string& path) {
       return sdalloc::read_interval_csv(path);
     }
   }
-  return sdalloc::buffers_from_trace(sdalloc::read_event_trace(path));
+  return sdalloc::buffers_from_trace(sdalloc::read_any_trace(path));
 }
 
-int run(const PlanToolOptions& options) {
+}  // namespace
+
+int PlanCommand::run() const {
   const std::vector<sdalloc::Buffer> buffers = read_buffers(options.input);
   sdalloc::PlannerOptions planner_options;
   planner_options.capacity = options.capacity;
@@ -95,30 +79,20 @@ int run(const PlanToolOptions& options) {
   return result.fits ? 0 : 3;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  PlanToolOptions options;
-  CLI::App app{"Plans offsets for buffers with known lifetimes in one arena."};
-  app.add_option("input", options.input, "MiniMalloc CSV (id,lower,upper,size) or event trace")
+void PlanCommand::add_to(CLI::App& app) {
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Plan offsets for buffers with known lifetimes in one arena (static planning).");
+  plan->add_option("input", options.input, "MiniMalloc CSV (id,lower,upper,size) or event trace")
       ->required();
-  app.add_option("--output,-o", options.output, "write id,lower,upper,size,offset here");
-  app.add_option("--capacity", options.capacity, "look for a plan within this many bytes")
+  plan->add_option("--output,-o", options.output, "write id,lower,upper,size,offset here");
+  plan->add_option("--capacity", options.capacity, "look for a plan within this many bytes")
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::PositiveNumber);
-  app.add_option("--time-limit", options.time_limit, "seconds the planner may spend")
+  plan->add_option("--time-limit", options.time_limit, "seconds the planner may spend")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_flag("--json", options.json, "print one JSON object");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& error) {
-    return app.exit(error) == 0 ? 0 : 2;
-  }
-  try {
-    return run(options);
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "sdalloc-plan: error: %s\n", error.what());
-  }
-  return 1;
+  plan->add_flag("--json", options.json, "print one JSON object");
+  subcommand = plan;
 }
+
+}  // namespace sdalloc::tools
