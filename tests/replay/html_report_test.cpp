@@ -46,7 +46,7 @@ AllocatorResult ran(const std::string& name, std::vector<Sample> samples) {
   result.allocator = name;
   result.description = name + " over HostResource";
   result.ran = true;
-  result.peak_reserved = 3 * 1024 * 1024;
+  result.peak_reserved = 3ULL << 20;
   result.ratio = 1.5;
   result.ns_per_op = 42.5;
   result.pass_seconds = {0.25, 0.5};
@@ -68,7 +68,7 @@ ReplayRun three_allocators() {
   run.trace = "traces/unet.csv";
   run.events = 1000;
   run.allocations = 500;
-  run.peak_live = 2 * 1024 * 1024;
+  run.peak_live = 2ULL << 20;
   run.passes = 2;
   run.results.push_back(ran("pool", ramp(2000, 10, 1000)));
   run.results.push_back(failed("vmm", "no CUDA driver: install libcuda"));
@@ -93,8 +93,8 @@ TEST(HtmlReport, IsOneHtml5DocumentThatFetchesNothing) {
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0U);
   EXPECT_TRUE(Contains(html, "Content-Security-Policy"));
   EXPECT_TRUE(Contains(html, "</html>\n"));
-  for (const char* fetching : {"<script", "<link", "src=", "href=", "url(", "http:", "https:",
-                               "@import"}) {
+  for (const char* fetching :
+       {"<script", "<link", "src=", "href=", "url(", "http:", "https:", "@import"}) {
     EXPECT_EQ(count(html, fetching), 0U) << fetching;
   }
 }
@@ -158,9 +158,8 @@ TEST(HtmlReport, TableHasOneRowPerAllocator) {
 TEST(HtmlReport, MinCapacityShowsItsFigureOrADash) {
   ReplayRun run = three_allocators();
   run.results[0].min_capacity = 5ULL << 20;
-  const std::string table =
-      section(render_html_report(run, trace_of_sizes({64})), "<table class=\"results\">",
-              "</table>");
+  const std::string table = section(render_html_report(run, trace_of_sizes({64})),
+                                    "<table class=\"results\">", "</table>");
   EXPECT_TRUE(Contains(section(table, ">pool<", "</tr>"), ">5.0 MiB</td>"));
   EXPECT_TRUE(Contains(section(table, ">glibc<", "</tr>"), "<td class=\"num\">-</td>"));
 }
@@ -237,7 +236,7 @@ TEST(HtmlReport, ManySamplesAreDownsampledAndTheFileStaysSmall) {
     if (result.ran) result.samples = ramp(200000, 1, 10);
   }
   const std::string html = render_html_report(run, trace_of_sizes({64}));
-  const std::string plot = section(html, "<polyline class=\"live\" points=\"", "/>");
+  const std::string plot = section(html, R"(<polyline class="live" points=")", "/>");
   EXPECT_EQ(count(plot, ","), kMaxPlotPoints);
   EXPECT_TRUE(Contains(html, "200000 samples drawn as 2000 groups"));
   EXPECT_LT(html.size(), 300U * 1024U);

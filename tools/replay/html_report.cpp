@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 
 #include "sdalloc/errors.hpp"
@@ -64,8 +65,8 @@ std::string pass_times(const std::vector<double>& seconds) {
   std::vector<double> sorted = seconds;
   std::sort(sorted.begin(), sorted.end());
   return "min " + human_seconds(sorted.front()) + ", median " +
-         human_seconds(sorted[sorted.size() / 2]) + ", max " + human_seconds(sorted.back()) +
-         " (" + std::to_string(sorted.size()) + " passes)";
+         human_seconds(sorted[sorted.size() / 2]) + ", max " + human_seconds(sorted.back()) + " (" +
+         std::to_string(sorted.size()) + " passes)";
 }
 
 // A "nice" tick step (1, 2, 2.5 or 5 times a power of ten) near range / target_ticks.
@@ -88,9 +89,9 @@ double nice_step(double range, int target_ticks) {
 
 // The byte axis shared by every plot: its top, tick step and the unit of its labels.
 struct ByteAxis {
-  double top = 0;     // bytes at the top of the plot
-  double step = 0;    // bytes between ticks
-  double unit = 1;    // bytes per label unit
+  double top = 0;   // bytes at the top of the plot
+  double step = 0;  // bytes between ticks
+  double unit = 1;  // bytes per label unit
   const char* unit_name = "B";
 };
 
@@ -128,32 +129,74 @@ struct PlotScale {
 
 std::string coordinate(double value) { return printf_string("%.1f", value); }
 
+// One attribute of an element. `value` is HTML already: escaped where it came from input.
+struct Attribute {
+  const char* name;
+  std::string value;
+};
+using Attributes = std::initializer_list<Attribute>;
+
+// Appends <name a="v" ...>; with `empty`, the self-closing <name a="v" .../> of SVG.
+void start_tag(std::string& out, const char* name, Attributes attributes, bool empty = false) {
+  out += '<';
+  out += name;
+  for (const Attribute& attribute : attributes) {
+    out += ' ';
+    out += attribute.name;
+    out += R"(=")";
+    out += attribute.value;
+    out += '"';
+  }
+  out += empty ? "/>" : ">";
+}
+
+// Appends <name attributes>content</name>; `content` is HTML already.
+void element(std::string& out, const char* name, Attributes attributes,
+             const std::string& content) {
+  start_tag(out, name, attributes);
+  out += content;
+  out += "</";
+  out += name;
+  out += '>';
+}
+
+void line(std::string& out, const char* css_class, double x1, double y1, double x2, double y2) {
+  start_tag(out, "line",
+            {{"class", css_class},
+             {"x1", coordinate(x1)},
+             {"y1", coordinate(y1)},
+             {"x2", coordinate(x2)},
+             {"y2", coordinate(y2)}},
+            true);
+}
+
+void text(std::string& out, const char* css_class, double x, double y, const std::string& content) {
+  element(out, "text", {{"class", css_class}, {"x", coordinate(x)}, {"y", coordinate(y)}}, content);
+}
+
 void append_axes(std::string& out, const PlotScale& scale) {
   const double bottom = kTop + kPlotHeight;
   const double right = kLeft + kPlotWidth;
-  out += "<g class=\"grid\">";
+  out += R"(<g class="grid">)";
   for (double tick = 0; tick <= scale.bytes.top * (1 + 1e-9); tick += scale.bytes.step) {
-    const std::string y = coordinate(scale.y(tick));
-    out += "<line x1=\"" + coordinate(kLeft) + "\" y1=\"" + y + "\" x2=\"" + coordinate(right) +
-           "\" y2=\"" + y + "\"/>";
-    out += "<text class=\"ylabel\" x=\"" + coordinate(kLeft - 8) + "\" y=\"" + y + "\">" +
-           printf_string("%g", tick / scale.bytes.unit) + " " + scale.bytes.unit_name +
-           "</text>";
+    line(out, "level", kLeft, scale.y(tick), right, scale.y(tick));
+    text(out, "ylabel", kLeft - 8, scale.y(tick),
+         printf_string("%g %s", tick / scale.bytes.unit, scale.bytes.unit_name));
   }
   const double event_step = std::max(1.0, std::round(nice_step(scale.last_event, 8)));
   for (double tick = 0; tick <= scale.last_event; tick += event_step) {
-    const std::string x = coordinate(scale.x(tick));
-    out += "<line class=\"tick\" x1=\"" + x + "\" y1=\"" + coordinate(bottom) + "\" x2=\"" + x +
-           "\" y2=\"" + coordinate(bottom + 5) + "\"/>";
-    out += "<text class=\"xlabel\" x=\"" + x + "\" y=\"" + coordinate(bottom + 18) + "\">" +
-           printf_string("%.0f", tick) + "</text>";
+    line(out, "tick", scale.x(tick), bottom, scale.x(tick), bottom + 5);
+    text(out, "xlabel", scale.x(tick), bottom + 18, printf_string("%.0f", tick));
   }
   out += "</g>";
-  out += "<rect class=\"frame\" x=\"" + coordinate(kLeft) + "\" y=\"" + coordinate(kTop) +
-         "\" width=\"" + coordinate(kPlotWidth) + "\" height=\"" + coordinate(kPlotHeight) +
-         "\"/>";
-  out += "<text class=\"axisname\" x=\"" + coordinate(kLeft + kPlotWidth / 2) + "\" y=\"" +
-         coordinate(kSvgHeight - 4) + "\">event</text>";
+  start_tag(out, "rect",
+            {{"class", "frame"},
+             {"x", coordinate(kLeft)},
+             {"y", coordinate(kTop)},
+             {"width", coordinate(kPlotWidth)},
+             {"height", coordinate(kPlotHeight)}},
+            true);
+  text(out, "axisname", kLeft + kPlotWidth / 2, kSvgHeight - 4, "event");
 }
 
 // Dashed lines where each pass after the first begins, labelled when there is room.
@@ -162,14 +205,9 @@ void append_pass_boundaries(std::string& out, const ReplayRun& run, const PlotSc
   const double pass_width = scale.x(static_cast<double>(run.events)) - kLeft;
   for (int pass = 0; pass < run.passes; ++pass) {
     const double x = scale.x(static_cast<double>(run.events) * pass);
-    if (pass > 0) {
-      out += "<line class=\"pass\" x1=\"" + coordinate(x) + "\" y1=\"" + coordinate(kTop) +
-             "\" x2=\"" + coordinate(x) + "\" y2=\"" + coordinate(kTop + kPlotHeight) + "\"/>";
-    }
-    if (pass_width >= 56) {
-      out += "<text class=\"passlabel\" x=\"" + coordinate(x + 5) + "\" y=\"" +
-             coordinate(kTop + 14) + "\">pass " + std::to_string(pass + 1) + "</text>";
-    }
+    if (pass > 0) line(out, "pass", x, kTop, x, kTop + kPlotHeight);
+    if (pass_width >= 56)
+      text(out, "passlabel", x + 5, kTop + 14, "pass " + std::to_string(pass + 1));
   }
 }
 
@@ -181,8 +219,9 @@ std::string series_points(const std::vector<Sample>& points, const PlotScale& sc
   for (const Sample& sample : points) {
     const auto bytes = static_cast<double>(reserved ? sample.reserved_bytes : sample.live_bytes);
     if (!text.empty()) text += ' ';
-    text += coordinate(scale.x(static_cast<double>(sample.event))) + "," +
-            coordinate(scale.y(bytes));
+    text += coordinate(scale.x(static_cast<double>(sample.event)));
+    text += ',';
+    text += coordinate(scale.y(bytes));
   }
   return text;
 }
@@ -190,68 +229,99 @@ std::string series_points(const std::vector<Sample>& points, const PlotScale& sc
 void append_plot(std::string& out, const ReplayRun& run, const AllocatorResult& result,
                  const PlotScale& scale) {
   const std::vector<Sample> points = downsample(result.samples, kMaxPlotPoints);
-  out += "<figure class=\"plot\" id=\"plot-" + escape_html(result.allocator) + "\">\n";
-  out += "<figcaption><b>" + escape_html(result.allocator) + "</b> " +
-         escape_html(result.description) + "<span class=\"legend\">" +
-         "<span class=\"key reserved\"></span>reserved (peak " +
-         human_bytes(result.peak_reserved) + ")" + "<span class=\"key live\"></span>live" +
-         "<span class=\"key bound\"></span>peak live, the lower bound (" +
-         human_bytes(run.peak_live) + ")</span></figcaption>\n";
-  out += "<svg viewBox=\"0 0 " + coordinate(kSvgWidth) + " " + coordinate(kSvgHeight) +
-         "\" role=\"img\" aria-label=\"live and reserved bytes of " +
-         escape_html(result.allocator) + " over the events\">";
+  const std::string name = escape_html(result.allocator);
+  start_tag(out, "figure", {{"class", "plot"}, {"id", "plot-" + name}});
+  out += "\n<figcaption>";
+  element(out, "b", {}, name);
+  out += ' ';
+  out += escape_html(result.description);
+  out += R"(<span class="legend"><span class="key reserved"></span>reserved (peak )";
+  out += human_bytes(result.peak_reserved);
+  out += R"()<span class="key live"></span>live<span class="key bound"></span>)";
+  out += "peak live, the lower bound (";
+  out += human_bytes(run.peak_live);
+  out += ")</span></figcaption>\n";
+  start_tag(out, "svg",
+            {{"viewBox", "0 0 " + coordinate(kSvgWidth) + " " + coordinate(kSvgHeight)},
+             {"role", "img"},
+             {"aria-label", "live and reserved bytes of " + name + " over the events"}});
   append_axes(out, scale);
   append_pass_boundaries(out, run, scale);
   if (points.empty()) {
-    out += "<text class=\"empty\" x=\"" + coordinate(kLeft + kPlotWidth / 2) + "\" y=\"" +
-           coordinate(kTop + kPlotHeight / 2) + "\">no samples recorded</text>";
+    text(out, "empty", kLeft + kPlotWidth / 2, kTop + kPlotHeight / 2, "no samples recorded");
   } else {
+    // The reserved area: the series closed down to zero bytes at its first and last event.
     const std::string reserved = series_points(points, scale, true);
     const std::string baseline = coordinate(scale.y(0));
-    out += "<polygon class=\"reserved-area\" points=\"" +
-           coordinate(scale.x(static_cast<double>(points.front().event))) + "," + baseline +
-           " " + reserved + " " + coordinate(scale.x(static_cast<double>(points.back().event))) +
-           "," + baseline + "\"/>";
-    out += "<polyline class=\"reserved\" points=\"" + reserved + "\"/>";
-    out += "<polyline class=\"live\" points=\"" + series_points(points, scale, false) + "\"/>";
+    const std::string area_start =
+        coordinate(scale.x(static_cast<double>(points.front().event))) + "," + baseline;
+    const std::string area_end =
+        coordinate(scale.x(static_cast<double>(points.back().event))) + "," + baseline;
+    start_tag(
+        out, "polygon",
+        {{"class", "reserved-area"}, {"points", area_start + " " + reserved + " " + area_end}},
+        true);
+    start_tag(out, "polyline", {{"class", "reserved"}, {"points", reserved}}, true);
+    start_tag(out, "polyline", {{"class", "live"}, {"points", series_points(points, scale, false)}},
+              true);
   }
-  const std::string bound_y = coordinate(scale.y(static_cast<double>(run.peak_live)));
-  out += "<line class=\"bound\" x1=\"" + coordinate(kLeft) + "\" y1=\"" + bound_y + "\" x2=\"" +
-         coordinate(kLeft + kPlotWidth) + "\" y2=\"" + bound_y + "\"/>";
+  const double bound = scale.y(static_cast<double>(run.peak_live));
+  line(out, "bound", kLeft, bound, kLeft + kPlotWidth, bound);
   out += "</svg>\n";
   if (points.size() < result.samples.size()) {
-    out += "<p class=\"note\">" + std::to_string(result.samples.size()) +
-           " samples drawn as " + std::to_string(points.size()) +
-           " groups, each at its highest live and reserved bytes.</p>\n";
+    element(out, "p", {{"class", "note"}},
+            std::to_string(result.samples.size()) + " samples drawn as " +
+                std::to_string(points.size()) +
+                " groups, each at its highest live and reserved bytes.");
+    out += '\n';
   }
   out += "</figure>\n";
 }
 
 void append_results_table(std::string& out, const ReplayRun& run) {
-  out += "<table class=\"results\">\n<thead><tr><th>allocator</th><th>description</th>"
-         "<th class=\"num\">peak reserved</th><th class=\"num\">ratio</th>"
-         "<th class=\"num\">ns/op</th><th>time per pass</th>"
-         "<th class=\"num\">min capacity</th><th>counters</th></tr></thead>\n<tbody>\n";
+  out += R"(<table class="results">
+<thead><tr><th>allocator</th><th>description</th><th class="num">peak reserved</th>)"
+         R"(<th class="num">ratio</th><th class="num">ns/op</th><th>time per pass</th>)"
+         R"(<th class="num">min capacity</th><th>counters</th></tr></thead>
+<tbody>
+)";
   for (const AllocatorResult& result : run.results) {
-    out += result.ran ? "<tr>" : "<tr class=\"failed\">";
-    out += "<td class=\"name\">" + escape_html(result.allocator) + "</td><td>" +
-           escape_html(result.description) + "</td>";
+    start_tag(out, "tr", result.ran ? Attributes{} : Attributes{{"class", "failed"}});
+    element(out, "td", {{"class", "name"}}, escape_html(result.allocator));
+    element(out, "td", {}, escape_html(result.description));
     if (!result.ran) {
-      out += "<td class=\"problem\" colspan=\"6\">did not run: " + escape_html(result.problem) +
-             "</td></tr>\n";
-      continue;
+      element(out, "td", {{"class", "problem"}, {"colspan", "6"}},
+              "did not run: " + escape_html(result.problem));
+    } else {
+      element(out, "td",
+              {{"class", "num"}, {"title", std::to_string(result.peak_reserved) + " bytes"}},
+              human_bytes(result.peak_reserved));
+      element(out, "td", {{"class", "num"}}, printf_string("%.3f", result.ratio));
+      element(out, "td", {{"class", "num"}}, printf_string("%.1f", result.ns_per_op));
+      element(out, "td", {{"class", "times"}}, pass_times(result.pass_seconds));
+      element(out, "td", {{"class", "num"}},
+              result.min_capacity ? human_bytes(*result.min_capacity) : "-");
+      element(out, "td", {}, escape_html(result.counters));
     }
-    out += "<td class=\"num\" title=\"" + std::to_string(result.peak_reserved) + " bytes\">" +
-           human_bytes(result.peak_reserved) + "</td>";
-    out += "<td class=\"num\">" + printf_string("%.3f", result.ratio) + "</td>";
-    out += "<td class=\"num\">" + printf_string("%.1f", result.ns_per_op) + "</td>";
-    out += "<td class=\"times\">" + pass_times(result.pass_seconds) + "</td>";
-    out += "<td class=\"num\">" +
-           (result.min_capacity ? human_bytes(*result.min_capacity) : std::string("-")) +
-           "</td>";
-    out += "<td>" + escape_html(result.counters) + "</td></tr>\n";
+    out += "</tr>\n";
   }
   out += "</tbody>\n</table>\n";
+}
+
+// "64 B to &lt; 128 B" for the bucket [64, 127]; "0 B" for the bucket of size 0.
+std::string bucket_range(const SizeBucket& bucket) {
+  if (bucket.upper == 0) return "0 B";
+  const auto k = static_cast<unsigned>(std::bit_width(bucket.lower) - 1);
+  return power_of_two_bytes(k) + " to &lt; " + power_of_two_bytes(k + 1);
+}
+
+// A table cell with a bar `value / most` of the column's width.
+void bar_cell(std::string& out, std::uint64_t value, std::uint64_t most, const char* kind) {
+  const double percent =
+      most == 0 ? 0 : 100.0 * static_cast<double>(value) / static_cast<double>(most);
+  out += R"(<td class="bar">)";
+  element(out, "span", {{"class", kind}, {"style", printf_string("width:%.1f%%", percent)}}, "");
+  out += "</td>";
 }
 
 void append_histogram(std::string& out, const EventTrace& trace) {
@@ -270,31 +340,32 @@ void append_histogram(std::string& out, const EventTrace& trace) {
     total_count += bucket.count;
     total_bytes += bucket.bytes;
   }
-  const auto bar = [](std::uint64_t value, std::uint64_t most, const char* kind) {
-    const double percent =
-        most == 0 ? 0 : 100.0 * static_cast<double>(value) / static_cast<double>(most);
-    return "<td class=\"bar\"><span class=\"" + std::string(kind) + "\" style=\"width:" +
-           printf_string("%.1f", percent) + "%\"></span></td>";
-  };
-  out += "<table class=\"histogram\">\n<colgroup><col style=\"width:190px\">"
-         "<col style=\"width:110px\"><col style=\"width:220px\"><col style=\"width:120px\">"
-         "<col style=\"width:220px\"></colgroup>\n<thead><tr><th>size</th><th class=\"num\">allocations"
-         "</th><th></th><th class=\"num\">bytes</th><th></th></tr></thead>\n<tbody>\n";
+  out += R"(<table class="histogram">
+<colgroup><col class="range"><col class="count"><col class="bar"><col class="bytes"><col class="bar"></colgroup>
+<thead><tr><th>size</th><th class="num">allocations</th><th></th><th class="num">bytes</th><th></th></tr></thead>
+<tbody>
+)";
   for (const SizeBucket& bucket : buckets) {
-    const std::string range =
-        bucket.upper == 0
-            ? std::string("0 B")
-            : power_of_two_bytes(static_cast<unsigned>(std::bit_width(bucket.lower) - 1)) +
-                  " to &lt; " + power_of_two_bytes(static_cast<unsigned>(std::bit_width(bucket.lower)));
-    out += "<tr><td>" + range + "</td><td class=\"num\">" + std::to_string(bucket.count) +
-           "</td>" + bar(bucket.count, most_count, "count") + "<td class=\"num\" title=\"" +
-           std::to_string(bucket.bytes) + " bytes\">" + human_bytes(bucket.bytes) + "</td>" +
-           bar(bucket.bytes, most_bytes, "bytes") + "</tr>\n";
+    out += "<tr>";
+    element(out, "td", {}, bucket_range(bucket));
+    element(out, "td", {{"class", "num"}}, std::to_string(bucket.count));
+    bar_cell(out, bucket.count, most_count, "count");
+    element(out, "td", {{"class", "num"}, {"title", std::to_string(bucket.bytes) + " bytes"}},
+            human_bytes(bucket.bytes));
+    bar_cell(out, bucket.bytes, most_bytes, "bytes");
+    out += "</tr>\n";
   }
-  out += "</tbody>\n<tfoot><tr><td>all</td><td class=\"num\">" + std::to_string(total_count) +
-         "</td><td></td><td class=\"num\">" + human_bytes(total_bytes) +
-         "</td><td></td></tr></tfoot>\n</table>\n";
+  out += "</tbody>\n<tfoot><tr><td>all</td>";
+  element(out, "td", {{"class", "num"}}, std::to_string(total_count));
+  out += "<td></td>";
+  element(out, "td", {{"class", "num"}}, human_bytes(total_bytes));
+  out += "<td></td></tr></tfoot>\n</table>\n";
 }
+
+// Closes a file nobody checks any more: the error path, after the first failure.
+struct CloseFile {
+  void operator()(std::FILE* file) const { std::fclose(file); }
+};
 
 constexpr const char* kStyle = R"(
 :root { color-scheme: light; --ink: #1c2430; --muted: #5b6573; --rule: #dde2e8;
@@ -329,7 +400,7 @@ svg { display: block; width: 100%; height: auto; }
 svg text { font: 12px "DejaVu Sans", system-ui, sans-serif; fill: var(--muted); }
 svg .ylabel { text-anchor: end; dominant-baseline: middle; }
 svg .xlabel, svg .axisname, svg .empty { text-anchor: middle; }
-svg .grid line { stroke: #eceff3; stroke-width: 1; }
+svg .grid line.level { stroke: #eceff3; stroke-width: 1; }
 svg .grid line.tick { stroke: #9aa3ad; }
 svg .frame { fill: none; stroke: #9aa3ad; stroke-width: 1; }
 svg .pass { stroke: #7b8490; stroke-width: 1; stroke-dasharray: 5 4; }
@@ -340,6 +411,8 @@ svg .live { fill: none; stroke: var(--live); stroke-width: 1.3; stroke-linejoin:
 svg .bound { stroke: var(--bound); stroke-width: 1.5; stroke-dasharray: 7 4; }
 .note { color: var(--muted); font-size: 12px; margin: 2px 0 4px; }
 table.histogram { width: 860px; table-layout: fixed; }
+col.range { width: 190px; } col.count { width: 110px; } col.bytes { width: 120px; }
+col.bar { width: 220px; }
 table.histogram td { padding-top: 3px; padding-bottom: 3px; }
 td.bar span { display: block; height: 12px; margin-top: 3px; border-radius: 2px; }
 td.bar span.count { background: var(--live); }
@@ -354,12 +427,23 @@ std::string escape_html(const std::string& text) {
   escaped.reserve(text.size());
   for (const char c : text) {
     switch (c) {
-      case '&': escaped += "&amp;"; break;
-      case '<': escaped += "&lt;"; break;
-      case '>': escaped += "&gt;"; break;
-      case '"': escaped += "&quot;"; break;
-      case '\'': escaped += "&#39;"; break;
-      default: escaped += c;
+      case '&':
+        escaped += "&amp;";
+        break;
+      case '<':
+        escaped += "&lt;";
+        break;
+      case '>':
+        escaped += "&gt;";
+        break;
+      case '"':
+        escaped += "&quot;";
+        break;
+      case '\'':
+        escaped += "&#39;";
+        break;
+      default:
+        escaped += c;
     }
   }
   return escaped;
@@ -407,30 +491,39 @@ std::vector<Sample> downsample(const std::vector<Sample>& samples, std::size_t m
 
 std::string render_html_report(const ReplayRun& run, const EventTrace& trace) {
   std::string out;
-  out.reserve(64 * 1024);
-  out += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  // Forbid every fetch: the page must stand on its own, and a stray reference shows up as a
-  // console error in a browser instead of a silent network request.
-  out += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-         "style-src 'unsafe-inline'\">\n";
-  out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
-  out += "<meta name=\"generator\" content=\"sdalloc replay\">\n";
-  out += "<title>sdalloc replay: " + escape_html(run.trace) + "</title>\n";
-  out += "<style>" + std::string(kStyle) + "</style>\n</head>\n<body>\n";
+  out.reserve(std::size_t{64} * 1024);
+  // The Content-Security-Policy forbids every fetch: the page must stand on its own, and a
+  // stray reference shows up as a console error in a browser, not as a network request.
+  out += R"(<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="generator" content="sdalloc replay">
+)";
+  element(out, "title", {}, "sdalloc replay: " + escape_html(run.trace));
+  out += "\n<style>";
+  out += kStyle;
+  out += "</style>\n</head>\n<body>\n";
 
-  out += "<h1>sdalloc replay: <code>" + escape_html(run.trace) + "</code></h1>\n";
-  out += "<p class=\"meta\">" + std::to_string(run.events) + " events per pass (" +
-         std::to_string(run.allocations) + " allocations), " + std::to_string(run.passes) +
-         (run.passes == 1 ? " pass" : " passes") + ", --touch " + (run.touch ? "on" : "off") +
-         ". Peak live bytes, the least any allocator needs: " + human_bytes(run.peak_live) +
-         " (" + std::to_string(run.peak_live) + " bytes).</p>\n";
+  out += "<h1>sdalloc replay: ";
+  element(out, "code", {}, escape_html(run.trace));
+  out += "</h1>\n";
+  element(out, "p", {{"class", "meta"}},
+          std::to_string(run.events) + " events per pass (" + std::to_string(run.allocations) +
+              " allocations), " + std::to_string(run.passes) +
+              (run.passes == 1 ? " pass" : " passes") + ", --touch " + (run.touch ? "on" : "off") +
+              ". Peak live bytes, the least any allocator needs: " + human_bytes(run.peak_live) +
+              " (" + std::to_string(run.peak_live) + " bytes).");
+  out += '\n';
 
   out += "<h2>Results</h2>\n";
   append_results_table(out, run);
 
   out += "<h2>Live and reserved bytes over the trace</h2>\n";
   PlotScale scale;
-  double most_bytes = static_cast<double>(run.peak_live);
+  auto most_bytes = static_cast<double>(run.peak_live);
   double last_event = static_cast<double>(run.events) * std::max(run.passes, 1);
   bool any_ran = false;
   for (const AllocatorResult& result : run.results) {
@@ -451,7 +544,8 @@ std::string render_html_report(const ReplayRun& run, const EventTrace& trace) {
   }
 
   out += "<h2>Allocation sizes</h2>\n";
-  out += "<p class=\"meta\">The trace's allocations in one pass, by size in powers of two.</p>\n";
+  out += R"(<p class="meta">The trace's allocations in one pass, by size in powers of two.</p>)";
+  out += '\n';
   append_histogram(out, trace);
   out += "</body>\n</html>\n";
   return out;
@@ -464,8 +558,7 @@ void write_html_report(const ReplayRun& run, const EventTrace& trace, const std:
                 (error != 0 ? std::strerror(error) : "write failed"));
   };
   errno = 0;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "wb"),
-                                                       &std::fclose);
+  std::unique_ptr<std::FILE, CloseFile> file(std::fopen(path.c_str(), "wb"));
   if (!file) fail(errno);
   if (std::fwrite(html.data(), 1, html.size(), file.get()) != html.size()) fail(errno);
   // fclose flushes: a full disk often shows only here.
