@@ -17,9 +17,23 @@ install(TARGETS sdalloc sdalloc_static
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 
+# The CUDA resources (src/cuda), when built: libsdalloc_cuda.a in the same export set, and
+# their headers under include/sdalloc/cuda (left out when the library is not built). The
+# library's link-only dependency CUDA::cudart_static makes sdallocConfig.cmake look for
+# the CUDA toolkit (quietly: consumers that do not link sdalloc_cuda need no toolkit).
+set(SDALLOC_PACKAGE_HAS_CUDA OFF)
+set(_sdalloc_cuda_headers PATTERN "cuda" EXCLUDE)
+if(TARGET sdalloc_cuda)
+  install(TARGETS sdalloc_cuda
+    EXPORT sdallocTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development)
+  set(SDALLOC_PACKAGE_HAS_CUDA ON)
+  set(_sdalloc_cuda_headers)
+endif()
+
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/sdalloc
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development
-  FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
+  FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" ${_sdalloc_cuda_headers})
 install(FILES ${PROJECT_BINARY_DIR}/include/sdalloc/version.hpp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sdalloc COMPONENT development)
 
