@@ -8,9 +8,11 @@
 #include "replay/replay_target.hpp"
 #include "sdalloc/caching_pool.hpp"
 #include "sdalloc/host_resource.hpp"
+#include "sdalloc/host_virtual_memory.hpp"
 #include "sdalloc/limit_resource.hpp"
 #include "sdalloc/planned_arena.hpp"
 #include "sdalloc/stats_resource.hpp"
+#include "sdalloc/virtual_memory_pool.hpp"
 
 namespace sdalloc::replay {
 namespace {
@@ -87,6 +89,29 @@ class PlannedTarget final : public ReplayTarget {
   PlannedArena arena_;
 };
 
+// VirtualMemoryPool over HostVirtualMemory (memfd chunks mapped into reserved ranges). What
+// it holds is its physical chunks, mapped or spare; --capacity caps them.
+class VirtualMemoryTarget final : public ReplayTarget {
+ public:
+  explicit VirtualMemoryTarget(const TargetSettings& settings)
+      : pool_(memory_, VirtualMemoryPoolOptions{.max_physical_bytes = settings.capacity}) {}
+  MemoryResource& resource() override { return pool_; }
+  std::uint64_t reserved_bytes() const override { return pool_.vm_stats().physical_bytes; }
+  std::uint64_t peak_reserved_bytes() const override {
+    return pool_.vm_stats().peak_physical_bytes;
+  }
+  std::string counters() const override {
+    const VirtualMemoryPoolStats s = pool_.vm_stats();
+    return "maps " + std::to_string(s.maps) + ", unmaps " + std::to_string(s.unmaps) +
+           ", pages moved " + std::to_string(s.remapped_pages) + ", chunks " +
+           std::to_string(s.creates);
+  }
+
+ private:
+  HostVirtualMemory memory_;
+  VirtualMemoryPool pool_;
+};
+
 }  // namespace
 
 const std::vector<InProcessAllocator>& in_process_allocators() {
@@ -95,6 +120,8 @@ const std::vector<InProcessAllocator>& in_process_allocators() {
        [](const TargetSettings& s) { return std::make_unique<PoolTarget>(s); }},
       {"planned", "sdalloc PlannedArena: pass 1 recorded, later passes served from a plan",
        [](const TargetSettings& s) { return std::make_unique<PlannedTarget>(s); }},
+      {"vmm", "sdalloc VirtualMemoryPool: memfd pages mapped on demand, free pages moved",
+       [](const TargetSettings& s) { return std::make_unique<VirtualMemoryTarget>(s); }},
   };
   return allocators;
 }

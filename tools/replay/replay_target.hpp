@@ -49,7 +49,7 @@ struct InProcessAllocator {
   std::function<std::unique_ptr<ReplayTarget>(const TargetSettings&)> make;
 };
 
-// pool, planned (and vmm once the virtual-memory pool exists), in table order.
+// pool, planned, vmm, in table order.
 const std::vector<InProcessAllocator>& in_process_allocators();
 
 }  // namespace sdalloc::replay
