@@ -17,8 +17,10 @@ cudaStream_t native(Stream stream) { return stream.as_native<CUstream_st>(); }
 }  // namespace
 
 CudaAsyncResource::CudaAsyncResource(int device, CudaAsyncResourceOptions options)
-    : device_(device), options_(options) {
-  const std::string who = name();
+    : device_(device),
+      name_("cuda_async(" + std::to_string(device) + ")"),
+      options_(options) {
+  const std::string& who = name_;
   detail::require_device(device, who);
   capacity_ = detail::device_memory(device, who);
   int supported = 0;
@@ -64,31 +66,29 @@ CudaAsyncResource::~CudaAsyncResource() {
   (void)cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool_));
 }
 
-std::string CudaAsyncResource::name() const {
-  return "cuda_async(" + std::to_string(device_) + ")";
-}
+std::string CudaAsyncResource::name() const { return name_; }
 
 void* CudaAsyncResource::do_allocate(std::size_t bytes, Stream stream) {
   if (bytes == 0) return nullptr;
-  const detail::DeviceGuard guard(device_, name());
+  const detail::DeviceGuard guard(device_, name_);
   void* ptr = nullptr;
   detail::check_allocation(cudaMallocFromPoolAsync(&ptr, bytes,
                                                    static_cast<cudaMemPool_t>(pool_),
                                                    native(stream)),
-                           name(), "cudaMallocFromPoolAsync", bytes, capacity_);
+                           name_, "cudaMallocFromPoolAsync", bytes, capacity_);
   return ptr;
 }
 
 void CudaAsyncResource::do_deallocate(void* ptr, std::size_t /*bytes*/, Stream stream) {
   if (ptr == nullptr) return;
-  const detail::DeviceGuard guard(device_, name());
+  const detail::DeviceGuard guard(device_, name_);
   const cudaError_t rc = cudaFreeAsync(ptr, native(stream));
   if (rc == cudaSuccess || detail::is_shutdown(rc)) return;
-  detail::throw_error(name(), "cudaFreeAsync", rc);
+  detail::throw_error(name_, "cudaFreeAsync", rc);
 }
 
 void CudaAsyncResource::trim(std::size_t keep_bytes) {
-  detail::check(cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool_), keep_bytes), name(),
+  detail::check(cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool_), keep_bytes), name_,
                 "cudaMemPoolTrimTo");
 }
 
@@ -96,7 +96,7 @@ std::size_t CudaAsyncResource::reserved_bytes() const {
   std::uint64_t bytes = 0;
   detail::check(cudaMemPoolGetAttribute(static_cast<cudaMemPool_t>(pool_),
                                         cudaMemPoolAttrReservedMemCurrent, &bytes),
-                name(), "cudaMemPoolGetAttribute(cudaMemPoolAttrReservedMemCurrent)");
+                name_, "cudaMemPoolGetAttribute(cudaMemPoolAttrReservedMemCurrent)");
   return static_cast<std::size_t>(bytes);
 }
 

@@ -229,6 +229,7 @@ TEST_F(PoolWithPooledEvents, SteadyCrossStreamTrafficCreatesNoNewEvents) {
     fake_.finish(kCopyStream);
   }
   EXPECT_EQ(fake_.counts().records, 200u);
+  RecordProperty("events_created", static_cast<int>(events_->events_created()));
   EXPECT_LE(events_->events_created(), 2u) << "events must be reused, not created per free";
   EXPECT_EQ(fake_.counts().synchronizes, 0u);
   pool.trim();

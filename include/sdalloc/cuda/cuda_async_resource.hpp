@@ -71,6 +71,7 @@ class CudaAsyncResource final : public MemoryResource {
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
 
   int device_;
+  std::string name_;  // made once: every call's errors name the resource
   CudaAsyncResourceOptions options_;
   std::size_t capacity_ = 0;
   void* pool_ = nullptr;  // cudaMemPool_t

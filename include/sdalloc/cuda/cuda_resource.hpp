@@ -41,6 +41,7 @@ class CudaResource final : public MemoryResource {
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
 
   int device_;
+  std::string name_;  // made once: every call's errors name the resource
   std::size_t capacity_ = 0;
 };
 
