@@ -10,28 +10,42 @@ namespace sdalloc::cuda::detail {
 
 namespace {
 
-// Entry points are looked up as of CUDA 12.0: the cuMem* functions have kept their
-// signatures since 10.2, and any driver that runs this runtime provides them.
+// Entry points are looked up as of CUDA 12.0 (cudaGetDriverEntryPointByVersion, CUDA 12.5
+// and later; older toolkits have only cudaGetDriverEntryPoint, which gives the runtime's own
+// version): the cuMem* functions have kept their signatures since 10.2, and any driver that
+// runs this runtime provides them.
 constexpr unsigned kEntryPointVersion = 12000;
 
 template <typename Function>
 void look_up(const char* symbol, Function*& slot, const std::string& who) {
   void* found = nullptr;
+#if CUDART_VERSION >= 12050
   cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
   const cudaError_t rc = cudaGetDriverEntryPointByVersion(symbol, &found, kEntryPointVersion,
                                                           cudaEnableDefault, &status);
+#elif CUDART_VERSION >= 12000
+  // Before 12.5 the lookup gives the version matching the runtime sdalloc was built with.
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  const cudaError_t rc = cudaGetDriverEntryPoint(symbol, &found, cudaEnableDefault, &status);
+#else
+  const cudaError_t rc = cudaGetDriverEntryPoint(symbol, &found, cudaEnableDefault);
+  const bool status_found = found != nullptr;
+#endif
   if (rc != cudaSuccess) {
     (void)cudaGetLastError();
-    throw CudaError(who + ": cudaGetDriverEntryPointByVersion(" + symbol +
-                        ") failed: " + describe(rc),
-                    "cudaGetDriverEntryPointByVersion", static_cast<int>(rc));
+    throw CudaError(who + ": cudaGetDriverEntryPoint(" + symbol + ") failed: " + describe(rc),
+                    "cudaGetDriverEntryPoint", static_cast<int>(rc));
   }
-  if (status != cudaDriverEntryPointSuccess || found == nullptr) {
-    throw CudaError(who + ": the CUDA driver does not provide " + symbol +
-                        (status == cudaDriverEntryPointVersionNotSufficent
-                             ? " (driver too old)"
-                             : " (symbol not found)"),
-                    "cudaGetDriverEntryPointByVersion", static_cast<int>(cudaErrorSymbolNotFound));
+#if CUDART_VERSION >= 12000
+  const bool status_found = status == cudaDriverEntryPointSuccess;
+  const char* why = status == cudaDriverEntryPointVersionNotSufficent ? " (driver too old)"
+                                                                       : " (symbol not found)";
+#else
+  const char* why = " (symbol not found)";
+#endif
+  if (!status_found || found == nullptr) {
+    throw CudaError(who + ": the CUDA driver does not provide " + symbol + why,
+                    "cudaGetDriverEntryPoint", static_cast<int>(cudaErrorSymbolNotFound));
   }
   slot = reinterpret_cast<Function*>(found);
 }
