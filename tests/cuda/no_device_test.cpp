@@ -34,7 +34,8 @@ TEST(CudaRuntime, ReportsNoDeviceCleanly) {
       << reason;
   // Asking again gives the same answer: the failure leaves no state behind.
   EXPECT_EQ(unavailable_reason(), reason);
-  EXPECT_EQ(driver_version(), 0);
+  // 0 without a driver; an old or GPU-less driver still reports its version. Never throws.
+  EXPECT_GE(driver_version(), 0);
 }
 
 TEST(CudaRuntime, KnowsItsOwnVersion) {
