@@ -18,9 +18,8 @@
 #                   results and logs in DIR
 #   --build-dir DIR build tree (default: build/gpu-check)
 #   --skip-build    use the build tree as it is (its libraries must exist)
-#   --configs LIST  comma-separated, from: native,expandable,async,sdalloc-pool,
-#                   sdalloc-async,sdalloc-vmm (default: all but sdalloc-vmm, which the shim
-#                   does not offer yet)
+#   --configs LIST  comma-separated subset of: native,expandable,async,sdalloc-pool,
+#                   sdalloc-async,sdalloc-vmm (default: all)
 #   --iterations N  timed iterations per configuration (default 6, after 2 warm-up ones)
 #   --strict        exit 1 when a bar is missed (a failed step always exits 1)
 #   --dry-run       print the steps that would run, run nothing
@@ -39,7 +38,7 @@ dry_run=0
 cpu_smoke=0
 strict=0
 iterations=6
-configs="native,expandable,async,sdalloc-pool,sdalloc-async"
+configs="native,expandable,async,sdalloc-pool,sdalloc-async,sdalloc-vmm"
 run_timeout=${SDALLOC_GPU_CHECK_RUN_TIMEOUT:-150}
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }

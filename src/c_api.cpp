@@ -1,4 +1,4 @@
-// c_api.cpp - the C API (include/sdalloc/sdalloc.h) over CachingPool.
+// c_api.cpp - the C API (include/sdalloc/sdalloc.h) over a pool handle (c_pool.hpp).
 //
 // The one rule of this file: no exception crosses the C ABI. Every entry point runs its
 // body inside guarded(), which catches everything, maps sdalloc's typed errors (and
@@ -129,7 +129,7 @@ void require(bool condition, const char* what) {
   if (!condition) throw sdalloc::InvalidArgument(what);
 }
 
-sdalloc::CachingPool& pool_of(sdalloc_pool_t* pool) {
+sdalloc::detail::HandlePool& pool_of(sdalloc_pool_t* pool) {
   require(pool != nullptr, "pool is NULL");
   return *pool->pool;
 }
@@ -297,9 +297,9 @@ sdalloc_status_t sdalloc_malloc(sdalloc_pool_t* pool, std::size_t size, sdalloc_
                                 void** out) noexcept {
   if (out != nullptr) *out = nullptr;
   return guarded(__func__, [&] {
-    sdalloc::CachingPool& caching_pool = pool_of(pool);
+    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
     require(out != nullptr, "out is NULL");
-    *out = caching_pool.allocate(size, stream_of(stream));
+    *out = handle_pool.allocate(size, sdalloc::CachingPool::kRounding, stream_of(stream));
     pool->recorder.on_allocate(*out, size, stream_of(stream));
   });
 }
@@ -309,18 +309,18 @@ sdalloc_status_t sdalloc_malloc_aligned(sdalloc_pool_t* pool, std::size_t size,
                                         void** out) noexcept {
   if (out != nullptr) *out = nullptr;
   return guarded(__func__, [&] {
-    sdalloc::CachingPool& caching_pool = pool_of(pool);
+    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
     require(out != nullptr, "out is NULL");
-    *out = caching_pool.allocate(size, alignment, stream_of(stream));
+    *out = handle_pool.allocate(size, alignment, stream_of(stream));
     pool->recorder.on_allocate(*out, size, stream_of(stream));
   });
 }
 
 sdalloc_status_t sdalloc_free(sdalloc_pool_t* pool, void* ptr, sdalloc_stream_t stream) noexcept {
   return guarded(__func__, [&] {
-    sdalloc::CachingPool& caching_pool = pool_of(pool);
+    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
     pool->recorder.on_free(ptr, stream_of(stream));  // before the address can be reused
-    caching_pool.free(ptr, stream_of(stream));
+    handle_pool.free(ptr, stream_of(stream));
   });
 }
 
@@ -333,9 +333,9 @@ sdalloc_status_t sdalloc_allocation_size(sdalloc_pool_t* pool, const void* ptr,
                                          std::size_t* size) noexcept {
   if (size != nullptr) *size = 0;
   return guarded(__func__, [&] {
-    sdalloc::CachingPool& caching_pool = pool_of(pool);
+    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
     require(size != nullptr, "size is NULL");
-    if (ptr != nullptr) *size = caching_pool.allocation_size(ptr);
+    if (ptr != nullptr) *size = handle_pool.allocation_size(ptr);
   });
 }
 
@@ -351,12 +351,12 @@ sdalloc_status_t sdalloc_trim(sdalloc_pool_t* pool, std::size_t* released) noexc
 
 sdalloc_status_t sdalloc_pool_stats(sdalloc_pool_t* pool, sdalloc_stats_t* stats) noexcept {
   return guarded(__func__, [&] {
-    sdalloc::CachingPool& caching_pool = pool_of(pool);
+    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
     require(stats != nullptr, "stats is NULL");
     const std::size_t size = stats->struct_size;
     check_struct_size("stats", size, kStatsFirstSize, sizeof *stats,
                       "set it to sizeof(sdalloc_stats_t) before the call");
-    const sdalloc::PoolStats s = caching_pool.stats();
+    const sdalloc::PoolStats s = handle_pool.stats();
     sdalloc_stats_t c{};
     c.struct_size = size;
     c.live_bytes = s.live_bytes;
@@ -394,10 +394,10 @@ sdalloc_status_t sdalloc_memory_stat(sdalloc_pool_t* pool, const char* key,
                                      std::int64_t* value) noexcept {
   if (value != nullptr) *value = 0;
   return guarded(__func__, [&] {
-    sdalloc::CachingPool& caching_pool = pool_of(pool);
+    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
     require(key != nullptr, "key is NULL");
     require(value != nullptr, "value is NULL");
-    const auto stats = sdalloc::to_memory_stats(caching_pool.stats());
+    const auto stats = sdalloc::to_memory_stats(handle_pool.stats());
     const auto found = stats.find(key);
     if (found == stats.end()) {
       throw sdalloc::InvalidArgument("unknown memory stat key '" + std::string(key) +
@@ -422,10 +422,10 @@ const char* sdalloc_memory_stat_key(std::size_t index) noexcept {
 sdalloc_status_t sdalloc_pool_layout(sdalloc_pool_t* pool, sdalloc_layout_t** out) noexcept {
   if (out != nullptr) *out = nullptr;
   return guarded(__func__, [&] {
-    const sdalloc::CachingPool& caching_pool = pool_of(pool);
+    const sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
     require(out != nullptr, "out is NULL");
     auto layout = std::make_unique<sdalloc_layout>();
-    layout->layout = caching_pool.layout();
+    layout->layout = handle_pool.layout();
     *out = layout.release();
   });
 }
@@ -525,7 +525,7 @@ sdalloc_status_t sdalloc_tensor_alloc(sdalloc_pool_t* pool, sdalloc_dtype_t dtyp
                                       sdalloc_stream_t stream, sdalloc_tensor_t* out) noexcept {
   if (out != nullptr) std::memset(out, 0, sizeof *out);
   return guarded(__func__, [&] {
-    sdalloc::CachingPool& caching_pool = pool_of(pool);
+    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
     require(out != nullptr, "out is NULL");
     sdalloc_tensor_t tensor;
     std::memset(&tensor, 0, sizeof tensor);
@@ -536,7 +536,8 @@ sdalloc_status_t sdalloc_tensor_alloc(sdalloc_pool_t* pool, sdalloc_dtype_t dtyp
     for (std::int32_t i = 0; i < ndim; ++i) tensor.dims[i] = dims[i];
     fill_contiguous_strides(tensor);
     // Allocated last: nothing after it can throw, so a failure never leaks the memory.
-    tensor.data = caching_pool.allocate(tensor.nbytes, stream_of(stream));
+    tensor.data = handle_pool.allocate(tensor.nbytes, sdalloc::CachingPool::kRounding,
+                                        stream_of(stream));
     pool->recorder.on_allocate(tensor.data, tensor.nbytes, stream_of(stream));
     *out = tensor;
   });
@@ -544,10 +545,10 @@ sdalloc_status_t sdalloc_tensor_alloc(sdalloc_pool_t* pool, sdalloc_dtype_t dtyp
 
 sdalloc_status_t sdalloc_tensor_free(sdalloc_pool_t* pool, sdalloc_tensor_t* tensor) noexcept {
   return guarded(__func__, [&] {
-    sdalloc::CachingPool& caching_pool = pool_of(pool);
+    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
     require(tensor != nullptr, "tensor is NULL");
     pool->recorder.on_free(tensor->data, stream_of(tensor->stream));
-    caching_pool.free(tensor->data, stream_of(tensor->stream));
+    handle_pool.free(tensor->data, stream_of(tensor->stream));
     tensor->data = nullptr;
     tensor->nbytes = 0;
   });

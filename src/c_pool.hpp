@@ -1,44 +1,129 @@
 // c_pool.hpp - what an sdalloc_pool_t handle of the C API is (internal, C++ only).
 //
-// A handle owns a whole resource stack - the resources at the bottom (host, a capacity
-// limit, or the CUDA resources the PyTorch shim builds), an optional StreamEvents hook for
-// device streams, and the CachingPool on top - plus the recorder behind
-// sdalloc_pool_trace_start. sdalloc_pool_create builds host stacks; the PyTorch shim
-// (src/torch_shim/) builds device stacks with the same type, so every C API function
-// (statistics, layout, trace, trim) works on the shim's per-device pools too.
+// A handle owns a whole stack - the resources or the virtual memory at the bottom (host
+// memory, a capacity limit, or the CUDA sources the PyTorch shim builds), an optional
+// StreamEvents hook for device streams, and the pool on top - plus the recorder behind
+// sdalloc_pool_trace_start. The pool is a CachingPool over the resource stack, or a
+// VirtualMemoryPool over a VirtualMemory (the shim's mode:vmm); HandlePool is the part of
+// their interfaces the C API calls, so every sdalloc_* function works on either. A
+// VirtualMemoryPool has no record_stream and no segment layout: those calls fail with
+// InvalidArgument saying so.
 //
-// Destruction releases top-down: the pool first (it returns its segments to the resource
-// under it), then the resources from the top of the stack to the bottom, then the events.
+// sdalloc_pool_create builds host stacks; the shim (src/torch_shim/) builds device stacks.
+// Destruction releases top-down: the pool first (it returns its memory to what is under
+// it), then the resources from the top of the stack to the bottom, the virtual memory, and
+// the events last.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "allocation_recorder.hpp"
 #include "sdalloc/caching_pool.hpp"
+#include "sdalloc/errors.hpp"
+#include "sdalloc/pool_layout.hpp"
+#include "sdalloc/pool_stats.hpp"
 #include "sdalloc/resource.hpp"
 #include "sdalloc/stream_events.hpp"
+#include "sdalloc/virtual_memory.hpp"
+#include "sdalloc/virtual_memory_pool.hpp"
+
+namespace sdalloc::detail {
+
+class HandlePool {
+ public:
+  virtual ~HandlePool() = default;
+  virtual void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) = 0;
+  virtual void free(void* ptr, Stream stream) = 0;
+  virtual void record_stream(void* ptr, Stream stream) = 0;
+  virtual std::size_t allocation_size(const void* ptr) const = 0;
+  virtual std::size_t trim() = 0;
+  virtual PoolStats stats() const = 0;
+  virtual void reset_peak() = 0;
+  virtual PoolLayout layout() const = 0;
+};
+
+class CachingHandlePool final : public HandlePool {
+ public:
+  CachingHandlePool(MemoryResource& upstream, const CachingPoolOptions& options)
+      : pool_(upstream, options) {}
+  void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) override {
+    return pool_.allocate(bytes, alignment, stream);
+  }
+  void free(void* ptr, Stream stream) override { pool_.free(ptr, stream); }
+  void record_stream(void* ptr, Stream stream) override { pool_.record_stream(ptr, stream); }
+  std::size_t allocation_size(const void* ptr) const override {
+    return pool_.allocation_size(ptr);
+  }
+  std::size_t trim() override { return pool_.trim(); }
+  PoolStats stats() const override { return pool_.stats(); }
+  void reset_peak() override { pool_.reset_peak(); }
+  PoolLayout layout() const override { return pool_.layout(); }
+
+ private:
+  CachingPool pool_;
+};
+
+class VirtualMemoryHandlePool final : public HandlePool {
+ public:
+  VirtualMemoryHandlePool(VirtualMemory& memory, const VirtualMemoryPoolOptions& options)
+      : pool_(memory, options) {}
+  void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) override {
+    return pool_.allocate(bytes, alignment, stream);
+  }
+  void free(void* ptr, Stream stream) override { pool_.free(ptr, stream); }
+  void record_stream(void* /*ptr*/, Stream /*stream*/) override {
+    throw InvalidArgument("record_stream is not supported by a virtual-memory pool (mode:vmm)");
+  }
+  std::size_t allocation_size(const void* ptr) const override {
+    return pool_.allocation_size(ptr);
+  }
+  std::size_t trim() override { return pool_.trim(); }
+  PoolStats stats() const override { return pool_.stats(); }
+  void reset_peak() override { pool_.reset_peak(); }
+  PoolLayout layout() const override {
+    throw InvalidArgument(
+        "a virtual-memory pool (mode:vmm) has no segment layout: its memory is pages mapped "
+        "into reserved ranges (use the statistics instead)");
+  }
+
+ private:
+  VirtualMemoryPool pool_;
+};
+
+}  // namespace sdalloc::detail
 
 struct sdalloc_pool {
-  // `stack` lists resources bottom first; the pool is built on stack.back(). Each resource
-  // may use the ones before it. `events` may be null (host streams).
+  // A CachingPool on stack.back(). `stack` lists resources bottom first; each may use the
+  // ones before it. `events` may be null (host streams).
   sdalloc_pool(std::vector<std::unique_ptr<sdalloc::MemoryResource>> stack,
                std::unique_ptr<sdalloc::StreamEvents> stream_events,
                sdalloc::CachingPoolOptions options)
       : resources(std::move(stack)), events(std::move(stream_events)) {
     options.stream_events = events.get();
-    pool = std::make_unique<sdalloc::CachingPool>(*resources.back(), options);
+    pool = std::make_unique<sdalloc::detail::CachingHandlePool>(*resources.back(), options);
+  }
+  // A VirtualMemoryPool over `memory`.
+  sdalloc_pool(std::unique_ptr<sdalloc::VirtualMemory> memory,
+               std::unique_ptr<sdalloc::StreamEvents> stream_events,
+               sdalloc::VirtualMemoryPoolOptions options)
+      : virtual_memory(std::move(memory)), events(std::move(stream_events)) {
+    options.stream_events = events.get();
+    pool = std::make_unique<sdalloc::detail::VirtualMemoryHandlePool>(*virtual_memory, options);
   }
   sdalloc_pool(const sdalloc_pool&) = delete;
   sdalloc_pool& operator=(const sdalloc_pool&) = delete;
   ~sdalloc_pool() {
     pool.reset();
     while (!resources.empty()) resources.pop_back();
+    virtual_memory.reset();
   }
 
-  std::vector<std::unique_ptr<sdalloc::MemoryResource>> resources;
+  std::vector<std::unique_ptr<sdalloc::MemoryResource>> resources;  // empty for a vm pool
+  std::unique_ptr<sdalloc::VirtualMemory> virtual_memory;          // null for a caching pool
   std::unique_ptr<sdalloc::StreamEvents> events;
-  std::unique_ptr<sdalloc::CachingPool> pool;
+  std::unique_ptr<sdalloc::detail::HandlePool> pool;
   sdalloc::detail::AllocationRecorder recorder;
 };

@@ -194,7 +194,8 @@ SDALLOC_API sdalloc_status_t sdalloc_free(sdalloc_pool_t* pool, void* ptr,
 /* Declares that work on `stream` also uses the live allocation ptr (PyTorch's
  * record_stream): when it is freed, the pool also waits for that stream before reusing the
  * block elsewhere. ptr NULL (a zero-byte allocation) is a no-op. Errors: INVALID_ARGUMENT
- * (NULL pool); INVALID_POINTER when ptr is not a live allocation of this pool. */
+ * (NULL pool, or a PyTorch shim mode:vmm pool, which does not support it); INVALID_POINTER
+ * when ptr is not a live allocation of this pool. */
 SDALLOC_API sdalloc_status_t sdalloc_record_stream(sdalloc_pool_t* pool, void* ptr,
                                                    sdalloc_stream_t stream) SDALLOC_NOEXCEPT;
 
@@ -303,7 +304,9 @@ typedef struct sdalloc_block_info_t {
 
 /* Copies the pool's layout into a new object stored in *out, to be read with the functions
  * below and freed with sdalloc_layout_destroy. The copy does not change when the pool does.
- * Errors: INVALID_ARGUMENT (NULL pool or out); OUT_OF_MEMORY (no host memory for the copy). */
+ * Errors: INVALID_ARGUMENT (NULL pool or out, or a pool without segments: the PyTorch shim's
+ * mode:vmm pools map pages into reserved ranges instead); OUT_OF_MEMORY (no host memory for
+ * the copy). */
 SDALLOC_API sdalloc_status_t sdalloc_pool_layout(sdalloc_pool_t* pool,
                                                  sdalloc_layout_t** out) SDALLOC_NOEXCEPT;
 

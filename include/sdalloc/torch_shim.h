@@ -18,8 +18,11 @@
  *                          CPU-only machines; every device index, -1 included, gets a host pool)
  *   mode                   pool  - CachingPool over cudaMalloc segments (default)
  *                          async - CachingPool over a private cudaMallocAsync pool
- *                          vmm   - reserved for VirtualMemoryPool over CUDA virtual memory;
- *                                  accepted by the parser, refused at pool creation for now
+ *                          vmm   - VirtualMemoryPool: pages of physical memory mapped into
+ *                                  reserved address ranges (cuMemCreate/cuMemMap; host:
+ *                                  memfd), like PyTorch's expandable_segments; its cap is
+ *                                  fixed at the pool's creation, it has no record_stream
+ *                                  and no segment layout (snapshot) - both fail, saying so
  *   capacity               most bytes one device's pool may hold (0: no cap)
  *   memory_fraction        the same as a fraction of the device's memory, in (0, 1]
  *                          (backend:host: of `capacity`, which it then requires)

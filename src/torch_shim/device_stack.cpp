@@ -9,11 +9,14 @@
 
 #include "sdalloc/errors.hpp"
 #include "sdalloc/host_resource.hpp"
+#include "sdalloc/host_virtual_memory.hpp"
+#include "sdalloc/virtual_memory_pool.hpp"
 
 #if SDALLOC_TORCH_WITH_CUDA
 #include "sdalloc/cuda/cuda_async_resource.hpp"
 #include "sdalloc/cuda/cuda_resource.hpp"
 #include "sdalloc/cuda/cuda_stream_events.hpp"
+#include "sdalloc/cuda/cuda_virtual_memory.hpp"
 #include "sdalloc/cuda/runtime.hpp"
 #endif
 
@@ -30,17 +33,32 @@ std::size_t cap_for(const ShimConfig& config, double fraction, std::size_t total
   return cap;
 }
 
-AdjustableLimitResource& limit_of(sdalloc_pool& pool) {
-  return static_cast<AdjustableLimitResource&>(*pool.resources.at(1));
+AdjustableLimitResource* limit_of(sdalloc_pool& pool) {
+  if (pool.resources.size() < 2) return nullptr;  // a virtual-memory pool: no limit layer
+  return static_cast<AdjustableLimitResource*>(pool.resources[1].get());
 }
 
 std::size_t fraction_base(const ShimConfig& config, const sdalloc_pool& pool) {
-  return config.backend == Backend::kHost ? config.capacity : pool.resources.front()->capacity();
+  if (config.backend == Backend::kHost) return config.capacity;
+  if (pool.virtual_memory != nullptr) return pool.virtual_memory->physical_capacity();
+  return pool.resources.front()->capacity();
 }
 
 namespace {
 
 using Stack = std::vector<std::unique_ptr<MemoryResource>>;
+
+// mode:vmm: a VirtualMemoryPool whose physical cap is the configured cap (fixed for the
+// pool's life: set memory_fraction before the first allocation).
+std::unique_ptr<sdalloc_pool> make_vm_pool(const ShimConfig& config,
+                                           std::unique_ptr<VirtualMemory> memory,
+                                           std::unique_ptr<StreamEvents> events) {
+  VirtualMemoryPoolOptions options;
+  options.max_physical_bytes =
+      cap_for(config, config.memory_fraction,
+              config.backend == Backend::kHost ? config.capacity : memory->physical_capacity());
+  return std::make_unique<sdalloc_pool>(std::move(memory), std::move(events), options);
+}
 
 std::unique_ptr<sdalloc_pool> finish(const ShimConfig& config, Stack stack,
                                      std::unique_ptr<StreamEvents> events, std::size_t total) {
@@ -64,10 +82,8 @@ std::unique_ptr<sdalloc_pool> make_cuda_pool(const ShimConfig& config, int devic
       stack.push_back(std::make_unique<cuda::CudaAsyncResource>(device));
       break;
     case Mode::kVmm:
-      // VirtualMemoryPool over CudaVirtualMemory is a pool of its own, not a source under
-      // a CachingPool; the C API handle does not carry it yet.
-      throw InvalidArgument(
-          "mode:vmm is not available in the PyTorch shim yet (use mode:pool or mode:async)");
+      return make_vm_pool(config, std::make_unique<cuda::CudaVirtualMemory>(device),
+                          std::make_unique<cuda::CudaStreamEvents>(device));
   }
   const std::size_t total = stack.front()->capacity();
   return finish(config, std::move(stack), std::make_unique<cuda::CudaStreamEvents>(device),
@@ -79,6 +95,9 @@ std::unique_ptr<sdalloc_pool> make_cuda_pool(const ShimConfig& config, int devic
 
 std::unique_ptr<sdalloc_pool> make_device_pool(const ShimConfig& config, int device) {
   if (config.backend == Backend::kHost) {
+    if (config.mode == Mode::kVmm) {
+      return make_vm_pool(config, std::make_unique<HostVirtualMemory>(), nullptr);
+    }
     Stack stack;
     stack.push_back(std::make_unique<HostResource>());
     return finish(config, std::move(stack), nullptr, config.capacity);

@@ -1,12 +1,13 @@
 // device_stack.hpp - the resource stack under one device's pool in the PyTorch shim.
 //
 // make_device_pool() builds, for one device index and the shim's configuration:
-//     CachingPool  <-  AdjustableLimitResource (capacity / memory_fraction)  <-  source
-// where the source is HostResource (backend:host) or, in a build with CUDA, CudaResource
-// (mode:pool), CudaAsyncResource (mode:async) or CudaVirtualMemory (mode:vmm), with
-// CudaStreamEvents for cross-stream frees. The result is a C API pool handle (c_pool.hpp),
-// so every sdalloc_* function works on it. The limit is the stack's second element
-// (limit_of() finds it for set_memory_fraction).
+//     mode:pool, async   CachingPool <- AdjustableLimitResource (capacity, memory_fraction)
+//                                    <- HostResource | CudaResource | CudaAsyncResource
+//     mode:vmm           VirtualMemoryPool (physical cap = capacity, memory_fraction)
+//                                    <- HostVirtualMemory | CudaVirtualMemory
+// with CudaStreamEvents for cross-stream frees on CUDA. The result is a C API pool handle
+// (c_pool.hpp), so every sdalloc_* function works on it. limit_of() finds the adjustable
+// limit for set_memory_fraction (none in a virtual-memory pool, whose cap is fixed).
 //
 // Errors: InvalidArgument for backend:cuda in a build without CUDA, a mode the build lacks,
 // a device out of range; CudaError (an sdalloc::Error) when CUDA is not usable here.
@@ -28,7 +29,7 @@ std::unique_ptr<sdalloc_pool> make_device_pool(const ShimConfig& config, int dev
 // `total` is the source's capacity (the device's memory); host: config.capacity.
 std::size_t cap_for(const ShimConfig& config, double fraction, std::size_t total);
 
-AdjustableLimitResource& limit_of(sdalloc_pool& pool);
+AdjustableLimitResource* limit_of(sdalloc_pool& pool);
 
 // What a memory fraction is a fraction of: the device's memory (the source's capacity), or
 // for backend:host the configured capacity.

@@ -150,8 +150,8 @@ ShimConfig parse_shim_config(std::string_view text) {
   if (!seen.contains("huge_threshold") && config.pool.huge_threshold < granularity) {
     config.pool.huge_threshold = granularity;
   }
-  if (config.backend == Backend::kHost && config.mode != Mode::kPool) {
-    throw InvalidArgument("SDALLOC_CONF: backend:host supports only mode:pool");
+  if (config.backend == Backend::kHost && config.mode == Mode::kAsync) {
+    throw InvalidArgument("SDALLOC_CONF: mode:async needs backend:cuda (it is cudaMallocAsync)");
   }
   if (config.backend == Backend::kHost && config.memory_fraction > 0.0 && config.capacity == 0) {
     throw InvalidArgument(

@@ -141,14 +141,11 @@ sdalloc_pool* pool_for(int device) {
   if (sdalloc_pool* pool = slot.load(std::memory_order_acquire)) return pool;
   std::lock_guard lock(s.mutex);
   if (sdalloc_pool* pool = slot.load(std::memory_order_acquire)) return pool;
-  const ShimConfig& config = config_locked(s);
-  std::unique_ptr<sdalloc_pool> pool = sdalloc::torch_shim::make_device_pool(config, device);
+  ShimConfig config = config_locked(s);
+  // A fraction set for this device before its pool existed replaces the configured one.
   const double fraction = s.fractions[std::size_t(slot_of(device))];
-  if (fraction > 0.0) {
-    auto& limit = sdalloc::torch_shim::limit_of(*pool);
-    limit.set_cap(sdalloc::torch_shim::cap_for(
-        config, fraction, sdalloc::torch_shim::fraction_base(config, *pool)));
-  }
+  if (fraction > 0.0) config.memory_fraction = fraction;
+  std::unique_ptr<sdalloc_pool> pool = sdalloc::torch_shim::make_device_pool(config, device);
   s.any_pool = true;
   slot.store(pool.get(), std::memory_order_release);
   return pool.release();
@@ -212,7 +209,13 @@ void sdalloc_torch_record_stream(void* ptr, cudaStream_t stream) noexcept {
   for (auto& slot : state().pools) {
     sdalloc_pool* pool = slot.load(std::memory_order_acquire);
     if (pool == nullptr) continue;
-    if (sdalloc_record_stream(pool, ptr, stream) == SDALLOC_SUCCESS) return;
+    const sdalloc_status_t status = sdalloc_record_stream(pool, ptr, stream);
+    if (status == SDALLOC_SUCCESS) return;
+    if (status != SDALLOC_ERROR_INVALID_POINTER) {  // the pool cannot do it at all (vmm)
+      status_from_error(__func__, sdalloc_last_error(), status);
+      report("record_stream ignored");
+      return;
+    }
   }
   set_error(__func__, "the pointer is not a live allocation of any sdalloc pool; ignored");
   report("record_stream ignored");
@@ -284,10 +287,15 @@ sdalloc_status_t sdalloc_torch_set_memory_fraction(double fraction, int device) 
           "a memory fraction with backend:host needs capacity in SDALLOC_CONF (the host has "
           "no device memory size to take a fraction of)");
     }
+    sdalloc_pool* pool = s.pools[std::size_t(slot_of(device))].load();
+    if (pool != nullptr && config.mode == sdalloc::torch_shim::Mode::kVmm) {
+      throw sdalloc::InvalidArgument(
+          "the physical cap of a mode:vmm pool is fixed when the pool is created: set "
+          "memory_fraction in SDALLOC_CONF or before the device's first allocation");
+    }
     s.fractions[std::size_t(slot_of(device))] = fraction;
-    if (sdalloc_pool* pool = s.pools[std::size_t(slot_of(device))].load()) {
-      auto& limit = sdalloc::torch_shim::limit_of(*pool);
-      limit.set_cap(sdalloc::torch_shim::cap_for(
+    if (pool != nullptr) {
+      sdalloc::torch_shim::limit_of(*pool)->set_cap(sdalloc::torch_shim::cap_for(
           config, fraction, sdalloc::torch_shim::fraction_base(config, *pool)));
     }
     return SDALLOC_SUCCESS;

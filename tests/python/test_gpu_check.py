@@ -36,9 +36,9 @@ def test_dry_run_lists_every_step_and_runs_nothing(tmp_path):
     text = result.stdout
     assert "-DSDALLOC_WITH_CUDA=ON" in text
     assert "sdalloc_cuda_tests" in text
-    for config in ("native", "expandable", "async", "sdalloc-pool", "sdalloc-async"):
+    for config in ("native", "expandable", "async", "sdalloc-pool", "sdalloc-async",
+                   "sdalloc-vmm"):
         assert f"--config {config} " in text
-    assert "sdalloc-vmm" not in text  # not in the default list while the shim lacks it
     assert f"--json {out}/gpu-check.json" in text
     assert not out.exists()
 

@@ -136,7 +136,7 @@ def test_memory_fraction_on_host_needs_capacity(libraries):
     ("backend:host,memory_fraction:2", "memory_fraction must be a number in (0, 1]"),
     ("backend:host,granularity:1000", "segment_granularity must be a power of two"),
     ("backend:host,consolidate:maybe", "expected true or false"),
-    ("backend:host,mode:async", "backend:host supports only mode:pool"),
+    ("backend:host,mode:async", "mode:async needs backend:cuda"),
 ])
 def test_bad_sdalloc_conf_fails_allocations_with_a_message(libraries, conf, message):
     result = check(run_python(PRELUDE + f"""
@@ -253,3 +253,43 @@ def test_install_and_mempool_name_what_this_torch_lacks(torch):
     if major_minor < (2, 5):
         assert "needs torch.cuda.MemPool, which PyTorch added in 2.5" in result.stdout
         assert f"this is torch {torch.__version__}" in result.stdout
+
+
+def test_vmm_mode_serves_from_virtual_memory_and_says_what_it_lacks(libraries):
+    check(run_python(PRELUDE + """
+    st.configure(backend="host", mode="vmm", capacity="64MiB")
+    a = c.sdalloc_torch_malloc(5 * MiB, 0, None)
+    b = c.sdalloc_torch_malloc(1000, 0, c_void_p(0x77))
+    assert a and b
+    ctypes.memset(a, 1, 5 * MiB)
+    s = sdalloc.stats(device=0)
+    assert s["requested_bytes.all.current"] == 5 * MiB + 1000
+    assert 5 * MiB <= s["reserved_bytes.all.current"] <= 64 * MiB
+    assert c.sdalloc_torch_malloc(80 * MiB, 0, None) is None   # the physical cap
+    assert b"out of memory" in c.sdalloc_torch_last_error().lower()
+    c.sdalloc_torch_record_stream(a, c_void_p(0x99))
+    assert b"record_stream is not supported by a virtual-memory pool" in c.sdalloc_torch_last_error()
+    try:
+        sdalloc.snapshot()
+    except sdalloc.SdallocError as e:
+        assert "has no segment layout" in str(e), e
+    else:
+        raise AssertionError("snapshot of a vmm pool")
+    try:
+        st.set_memory_fraction(0.5, 0)
+    except sdalloc.SdallocError as e:
+        assert "fixed when the pool is created" in str(e), e
+    else:
+        raise AssertionError("fraction accepted")
+    c.sdalloc_torch_free(a, 5 * MiB, 0, None)
+    c.sdalloc_torch_free(b, 1000, 0, c_void_p(0x77))
+    assert sdalloc.stats(device=0)["allocation.all.current"] == 0
+    st.empty_cache()
+    # A fraction set before device 1's pool exists caps it: half of 64 MiB.
+    st.set_memory_fraction(0.5, 1)
+    assert c.sdalloc_torch_malloc(40 * MiB, 1, None) is None
+    p = c.sdalloc_torch_malloc(20 * MiB, 1, None)
+    assert p
+    c.sdalloc_torch_free(p, 20 * MiB, 1, None)
+    print("ok")
+    """))
