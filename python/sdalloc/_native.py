@@ -156,6 +156,9 @@ def _candidates(directory, name):
     yield os.path.join(directory, name)
     if name == TORCH_LIBRARY:
         yield os.path.join(directory, "torch_shim", name)
+    else:
+        # A runtime-only install has libsdalloc.so.<major> without the development link.
+        yield from sorted(glob.glob(os.path.join(directory, name + ".[0-9]*")), key=len)
 
 
 def search_path():

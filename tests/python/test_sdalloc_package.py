@@ -3,6 +3,7 @@ PyTorch's names, layouts, snapshots PyTorch's _memory_viz reads, event traces, D
 to torch with the memory returned when the tensor dies, and the errors of each."""
 
 import gc
+import os
 import pickle
 
 import pytest
@@ -206,3 +207,10 @@ def test_host_tensor_through_from_dlpack_and_unexported_one_is_freed(pool, torch
         pool.tensor((2,), "complex64")
     with pytest.raises(ValueError, match="negative dimension"):
         pool.tensor((2, -1))
+
+
+def test_runtime_only_install_is_found_by_its_soname(monkeypatch, tmp_path, libraries):  # pylint: disable=unused-argument
+    real = os.path.realpath(_native.find(_native.HOST_LIBRARY))
+    (tmp_path / "libsdalloc.so.0").symlink_to(real)
+    monkeypatch.setenv("SDALLOC_LIBRARY_DIR", str(tmp_path))
+    assert _native.find(_native.HOST_LIBRARY) == str(tmp_path / "libsdalloc.so.0")
