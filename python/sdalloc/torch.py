@@ -140,7 +140,12 @@ def install(**config):
         raise RuntimeError(reason)
     allocator = _pluggable_allocator(torch)
     configure(**config)
-    torch.cuda.memory.change_current_allocator(allocator)
+    try:
+        torch.cuda.memory.change_current_allocator(allocator)
+    except RuntimeError as error:  # e.g. "Can't swap an already initialized allocator"
+        raise RuntimeError(f"sdalloc.torch.install() was called too late: PyTorch refused to "
+                           f"swap its CUDA allocator ({error}). Call it at the start of the "
+                           "program, before anything initialises CUDA.") from error
     _installed["allocator"] = allocator
     _installed["conf"] = text
 

@@ -293,3 +293,48 @@ def test_vmm_mode_serves_from_virtual_memory_and_says_what_it_lacks(libraries):
     c.sdalloc_torch_free(p, 20 * MiB, 1, None)
     print("ok")
     """))
+
+
+def test_install_hands_pytorch_the_shim_and_its_two_functions(torch):  # pylint: disable=unused-argument
+    # PyTorch's side replaced by recorders (this torch may lack CUDAPluggableAllocator): what
+    # install() passes and how it reacts to a refusal is checked; the swap itself needs a GPU.
+    result = check(run_python("""
+    import ctypes, torch, sdalloc.torch as st
+    from sdalloc import _native
+    calls = []
+    class FakePluggable:
+        def __init__(self, path, malloc_name, free_name):
+            calls.append(("new", path, malloc_name, free_name))
+            lib = ctypes.CDLL(path)
+            getattr(lib, malloc_name), getattr(lib, free_name)   # both exported
+    torch.cuda.is_available = lambda: True
+    torch.cuda.is_initialized = lambda: False
+    torch.cuda.memory.CUDAPluggableAllocator = FakePluggable
+    refuse = [True]
+    def change(allocator):
+        if refuse[0]:
+            raise RuntimeError("Can't swap an already initialized allocator")
+        calls.append(("swap", type(allocator).__name__))
+    torch.cuda.memory.change_current_allocator = change
+    try:
+        st.install(backend="host")
+    except RuntimeError as e:
+        print("refused ->", e)
+    assert not st.installed()
+    refuse[0] = False
+    st.install(backend="host")
+    assert st.installed()
+    st.install(backend="host")             # the same settings again: nothing happens
+    try:
+        st.install(backend="host", capacity="1GiB")
+    except RuntimeError as e:
+        print("other settings ->", e)
+    print(calls)
+    assert calls[-1] == ("swap", "FakePluggable")
+    assert calls[1][1] == _native.shim().path
+    assert calls[1][2:] == ("sdalloc_torch_malloc", "sdalloc_torch_free")
+    assert st.config_text().startswith("backend:host,mode:pool")
+    """))
+    assert "refused -> sdalloc.torch.install() was called too late: PyTorch refused" in \
+        result.stdout
+    assert "other settings -> sdalloc.torch.install(): already installed with" in result.stdout
