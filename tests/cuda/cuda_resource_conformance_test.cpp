@@ -133,6 +133,7 @@ TYPED_TEST(CudaResourceConformance, HugeRequestIsOutOfMemoryAndChangesNothing) {
 TYPED_TEST(CudaResourceConformance, ManyThreadsAllocateAndFreeAtOnce) {
   MemoryResource& r = *this->resource_;
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&r, t] {
       for (int i = 0; i < 50; ++i) {

@@ -144,6 +144,7 @@ TEST_F(PooledStreamEventsTest, ConcurrentRecordAndReleaseNeverShareAnEvent) {
   constexpr int kThreads = 4;
   constexpr int kRounds = 2000;
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([this, t] {
       const Stream stream{static_cast<std::uintptr_t>(0x100 * (t + 1))};
