@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -84,8 +85,10 @@ struct PlannedArena::Impl {
   }
 
   ~Impl() {
-    for (const auto& [ptr, d] : direct_live)
+    for (const auto& [ptr, d] : direct_live) {
       upstream.deallocate(d.raw, d.raw_bytes, options.plan_stream);
+    }
+    release_recording_cache();
     if (current) release(*current);
     for (auto& arena : retired) release(*arena);
   }
@@ -109,15 +112,25 @@ struct PlannedArena::Impl {
   std::size_t cursor = 0;  // next event of the plan the step must match
   std::unordered_map<void*, std::uint32_t> recording_live;  // recorded ptr -> slot
   // Recorded allocations taken straight from the upstream (record_through_upstream), by the
-  // pointer handed out; they may outlive their step.
+  // pointer handed out; they may outlive their step. A recorded free keeps its block in
+  // recording_cache for a later request of exactly its size (a step repeats its sizes, and
+  // a reused block is not faulted in again); before taking more from the upstream, cached
+  // blocks are returned until what is held is no more than the most that was live, so the
+  // recording holds what is live and never a cache beyond that peak.
   std::unordered_map<void*, DirectAllocation> direct_live;
-  std::size_t direct_bytes = 0;       // sum of DirectAllocation::raw_bytes
-  std::size_t direct_live_bytes = 0;  // sum of DirectAllocation::requested
-  std::size_t direct_peak_bytes = 0;
-  std::size_t direct_peak_count = 0;
+  std::multimap<std::size_t, void*> recording_cache;  // raw bytes -> raw pointer
+  std::size_t direct_held_bytes = 0;      // raw bytes of direct_live and recording_cache
+  std::size_t direct_live_raw_bytes = 0;  // raw bytes of direct_live
+  std::size_t direct_live_bytes = 0;      // requested bytes of direct_live
+  std::size_t direct_peak_held_bytes = 0;
+  std::size_t direct_peak_live_raw_bytes = 0;
   std::size_t direct_peak_live_bytes = 0;
-  std::uint64_t direct_allocations = 0;  // each is an upstream segment of its own
+  std::size_t direct_peak_count = 0;
+  std::size_t direct_peak_blocks = 0;    // live and cached
+  std::uint64_t direct_allocations = 0;  // requests served
   std::uint64_t direct_frees = 0;
+  std::uint64_t upstream_allocations = 0;  // blocks taken from the upstream
+  std::uint64_t upstream_releases = 0;
   std::size_t divergent_in_a_row = 0;
 
   PlannedArenaCounters counters;
@@ -189,21 +202,61 @@ struct PlannedArena::Impl {
   void* allocate_direct(std::size_t bytes, std::size_t rounded, std::size_t alignment) {
     const std::size_t raw_bytes =
         rounded + (alignment > kMinAlignment ? alignment - kMinAlignment : 0);
-    void* raw = upstream.allocate(raw_bytes, options.plan_stream);
+    void* raw = nullptr;
+    if (const auto cached = recording_cache.find(raw_bytes); cached != recording_cache.end()) {
+      raw = cached->second;
+      recording_cache.erase(cached);
+    } else {
+      make_room(raw_bytes);
+      try {
+        raw = upstream.allocate(raw_bytes, options.plan_stream);
+      } catch (const OutOfMemory&) {
+        if (recording_cache.empty()) throw;
+        release_recording_cache();  // all of it, then once more
+        raw = upstream.allocate(raw_bytes, options.plan_stream);
+      }
+      ++upstream_allocations;
+      direct_held_bytes += raw_bytes;
+    }
     void* p = reinterpret_cast<void*>(round_up(reinterpret_cast<std::uintptr_t>(raw), alignment));
     try {
       direct_live.emplace(p, DirectAllocation{raw, raw_bytes, bytes});
     } catch (...) {
-      upstream.deallocate(raw, raw_bytes, options.plan_stream);
+      release_raw(raw, raw_bytes);
       throw;
     }
-    direct_bytes += raw_bytes;
+    direct_live_raw_bytes += raw_bytes;
     direct_live_bytes += bytes;
-    direct_peak_bytes = std::max(direct_peak_bytes, direct_bytes);
-    direct_peak_count = std::max(direct_peak_count, direct_live.size());
+    direct_peak_held_bytes = std::max(direct_peak_held_bytes, direct_held_bytes);
+    direct_peak_live_raw_bytes = std::max(direct_peak_live_raw_bytes, direct_live_raw_bytes);
     direct_peak_live_bytes = std::max(direct_peak_live_bytes, direct_live_bytes);
+    direct_peak_count = std::max(direct_peak_count, direct_live.size());
+    direct_peak_blocks = std::max(direct_peak_blocks, direct_live.size() + recording_cache.size());
     ++direct_allocations;
     return p;
+  }
+
+  // Returns cached blocks, largest first, until `need` more bytes keep what is held within
+  // the most that was (or is about to be) live.
+  void make_room(std::size_t need) {
+    const std::size_t bound = std::max(direct_peak_live_raw_bytes, direct_live_raw_bytes + need);
+    while (direct_held_bytes + need > bound && !recording_cache.empty()) {
+      const auto largest = std::prev(recording_cache.end());
+      const auto [raw_bytes, raw] = *largest;
+      recording_cache.erase(largest);
+      release_raw(raw, raw_bytes);
+    }
+  }
+
+  void release_raw(void* raw, std::size_t raw_bytes) {
+    upstream.deallocate(raw, raw_bytes, options.plan_stream);
+    direct_held_bytes -= raw_bytes;
+    ++upstream_releases;
+  }
+
+  void release_recording_cache() {
+    for (const auto& [raw_bytes, raw] : recording_cache) release_raw(raw, raw_bytes);
+    recording_cache.clear();
   }
 
   // Returns false when ptr is not a direct allocation.
@@ -217,10 +270,18 @@ struct PlannedArena::Impl {
                             " bytes");
     }
     direct_live.erase(it);
-    upstream.deallocate(d.raw, d.raw_bytes, options.plan_stream);
-    direct_bytes -= d.raw_bytes;
+    direct_live_raw_bytes -= d.raw_bytes;
     direct_live_bytes -= d.requested;
     ++direct_frees;
+    bool cached = false;
+    if (in_step && recording) {
+      try {
+        recording_cache.emplace(d.raw_bytes, d.raw);
+        cached = true;
+      } catch (const std::bad_alloc&) {  // no node for the cache: give the block back
+      }
+    }
+    if (!cached) release_raw(d.raw, d.raw_bytes);
     return true;
   }
 
@@ -361,6 +422,7 @@ struct PlannedArena::Impl {
     if (recording) {
       recording = false;
       recording_live.clear();
+      release_recording_cache();
       ++counters.recorded_steps;
       make_plan();
       return;
@@ -458,19 +520,19 @@ struct PlannedArena::Impl {
     const std::size_t reserved = sum_arenas([](const Arena& a) { return a.segment_bytes; });
     const std::size_t count = sum_arenas([](const Arena& a) { return a.live_count; });
     s.live_bytes += live + direct_live_bytes;
-    s.allocated_bytes += direct_bytes;
-    s.reserved_bytes += direct_bytes;
-    s.peak_reserved_bytes += direct_peak_bytes;
+    s.peak_live_bytes += direct_peak_live_bytes;
+    s.allocated_bytes += direct_live_raw_bytes;
+    s.peak_allocated_bytes += direct_peak_live_raw_bytes;
+    s.reserved_bytes += direct_held_bytes;
+    s.peak_reserved_bytes += direct_peak_held_bytes;
     s.live_allocations += direct_live.size();
     s.peak_live_allocations += direct_peak_count;
-    s.peak_live_bytes += direct_peak_live_bytes;
-    s.peak_allocated_bytes += direct_peak_bytes;
     s.allocations += direct_allocations;
     s.frees += direct_frees;
-    s.segments += direct_live.size();
-    s.peak_segments += direct_peak_count;
-    s.segment_allocations += direct_allocations;
-    s.segment_releases += direct_frees;
+    s.segments += direct_live.size() + recording_cache.size();
+    s.peak_segments += direct_peak_blocks;
+    s.segment_allocations += upstream_allocations;
+    s.segment_releases += upstream_releases;
     s.peak_live_bytes += arena_peak_live;
     s.allocated_bytes += allocated;
     s.peak_allocated_bytes += arena_peak_allocated;

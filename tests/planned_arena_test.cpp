@@ -102,6 +102,29 @@ TEST(PlannedArena, RecordedLoopIsServedFromTheArenaAtTheRecordedOffsets) {
   EXPECT_GE(s.reserved_bytes, arena.planned_arena_size());
 }
 
+// The recording takes blocks from the upstream, reuses a freed block for a request of
+// exactly its size, and returns kept blocks before the upstream would hold more than the
+// step had live at once.
+TEST(PlannedArena, RecordingReusesExactSizesAndHoldsNoMoreThanItsLivePeak) {
+  HostResource host;
+  StatsResource upstream(host);
+  PlannedArena arena(upstream);
+  const std::vector<Op> step = {A(0, 64 * kKiB), F(0), A(1, 64 * kKiB), F(1),
+                                A(2, 32 * kKiB), A(3, 16 * kKiB),  F(2),  F(3)};
+  run_step(arena, step);
+  // 0 and 1 share one block; 2 does not fit the kept 64 KiB under the 64 KiB peak, so that
+  // block goes back first; 3 is new. Then the arena of the plan (64 KiB at most).
+  const ResourceStats s = upstream.stats();
+  EXPECT_EQ(s.allocations, 3u + 1u);
+  EXPECT_EQ(arena.counters().recorded_allocations, 4u);
+  // Each block has room to align its 512-byte rounding on the upstream's 256-byte guarantee.
+  const std::size_t slack = CachingPool::kRounding - kMinAlignment;
+  EXPECT_EQ(s.peak_bytes, 64 * kKiB + slack);
+  EXPECT_EQ(s.current_bytes, arena.stats().reserved_bytes);
+  EXPECT_LE(arena.planned_arena_size(), 64 * kKiB);
+  EXPECT_EQ(arena.stats().segments, 1u);  // the kept blocks went back at end_step()
+}
+
 TEST(PlannedArena, LiveFiguresCountArenaAllocations) {
   HostResource host;
   PlannedArena arena(host);

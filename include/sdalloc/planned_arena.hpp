@@ -8,10 +8,12 @@
 //
 // Steps are marked by the caller: begin_step() ... end_step().
 //  - Without a plan, a step is recorded: its (rounded size, alignment) and the order of
-//    allocations and frees are noted. With record_through_upstream (the default) each
-//    recorded allocation is taken from the upstream resource itself and returned to it when
-//    freed, so the recording step holds what is live and no cache (one upstream call per
-//    request, once); otherwise the fallback CachingPool serves it. end_step() plans the
+//    allocations and frees are noted. With record_through_upstream (the default) recorded
+//    allocations are blocks of the upstream resource itself; a freed one is kept for a later
+//    request of exactly its size (no new upstream call, no new page faults), and kept blocks
+//    go back to the upstream before it is asked for more than the step has had live at once.
+//    So the recording step never holds more than its own peak of live bytes (page rounding
+//    aside). Otherwise (false) the fallback CachingPool serves the recording. end_step() plans the
 //    recording (buffers live at end_step() live to the end of the step), returns what the
 //    fallback pool has cached (trim), reserves ONE arena of the plan's size from the upstream
 //    resource, and the next step is served from it. A step with no allocations plans

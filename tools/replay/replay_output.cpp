@@ -35,7 +35,12 @@ std::string format_table(const ReplayRun& run) {
          (run.passes == 1 ? " pass" : " passes") +
          (run.touch ? ", every 4 KiB page written" : ", pages not written (no --touch)") + "\n";
   out += "peak live:   " + format_size(run.peak_live) + " (" + std::to_string(run.peak_live) +
-         " B), the least any allocator can hold\n\n";
+         " B), the least any allocator can hold\n";
+  if (!run.touch) {
+    out += "note:        without --touch, pages nobody writes are never resident: the system "
+           "allocators' RSS growth then counts only what they wrote themselves\n";
+  }
+  out += "\n";
 
   const std::vector<std::string> header = {"allocator", "peak reserved", "x live", "ns/op",
                                            "s/pass",    "min capacity",  "notes"};
@@ -47,7 +52,11 @@ std::string format_table(const ReplayRun& run) {
     }
     rows.push_back({r.allocator, format_size(r.peak_reserved), fixed(r.ratio, 3),
                     fixed(r.ns_per_op, 0), fixed(median_seconds(r.pass_seconds), 3),
-                    r.min_capacity ? format_size(*r.min_capacity) : "-", r.counters});
+                    r.min_capacity ? format_size(*r.min_capacity) + " = " +
+                                         fixed(double(*r.min_capacity) / double(run.peak_live), 3) +
+                                         "x"
+                                   : "-",
+                    r.counters});
   }
   std::vector<std::size_t> width(header.size());
   for (std::size_t c = 0; c < header.size(); ++c) {

@@ -3,7 +3,8 @@
 // Table (stdout): a header with the trace's figures, then one aligned row per allocator:
 //   allocator  peak reserved  x live  ns/op  s/pass  min capacity  notes
 // where "x live" is peak reserved / the trace's peak live bytes, ns/op and s/pass are
-// medians over the passes, and notes hold the allocator's own counts or why it did not run.
+// medians over the passes, "min capacity" (--min-capacity) is shown with its own ratio to
+// peak live, and notes hold the allocator's own counts or why it did not run.
 // JSON (--json FILE):
 //   {"trace": S, "events": N, "allocations": N, "passes": N, "touch": bool, "peak_live": B,
 //    "results": [{"allocator": S, "description": S, "ran": bool, "problem": S or null,
