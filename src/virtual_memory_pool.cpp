@@ -282,8 +282,9 @@ struct VirtualMemoryPool::Impl {
 
   void* allocate_slow(PoolShard& shard, bool small, const Fit& fit, std::size_t bytes) {
     const std::size_t page_size = page_size_of(small);
-    std::string failure;  // why the last level could not cover the block
+    Attempt attempt;  // why the last level could not cover the block
     for (Level level : {Level::kOwn, Level::kOthers, Level::kOutOfMemory}) {
+      if (attempt.final) break;
       if (level == Level::kOthers) {
         // As many pages as the request can touch; other streams keep the rest.
         steal_from_other_shards(shard, page_size, fit.needed / page_size + 2, /*wait=*/false);
@@ -295,11 +296,19 @@ struct VirtualMemoryPool::Impl {
       if (level == Level::kOutOfMemory && !shard.pending.empty()) {
         shard.collect_pending(events, /*wait=*/true);
       }
-      if (void* ptr = try_allocate(shard, fit, bytes, level, failure)) return ptr;
+      if (void* ptr = try_allocate(shard, fit, bytes, level, attempt)) return ptr;
     }
+    // Out of every lock: oom_info takes them in turn.
     counters.ooms.fetch_add(1, std::memory_order_relaxed);
-    throw OutOfMemory::describe(name(), oom_info(bytes), oom_detail(failure));
+    throw OutOfMemory::describe(name(), oom_info(bytes), oom_detail(attempt.failure));
   }
+
+  // How an attempt ended without memory: why, and whether a later level could help (a
+  // refused reservation or mapping will not be different after moving pages).
+  struct Attempt {
+    std::string failure;
+    bool final = false;
+  };
 
   // One attempt under the shard's lock: carve a block (reserving a new range if no free
   // block fits), back its unmapped pages with chunks, make it live. Answers nullptr, with
@@ -307,19 +316,31 @@ struct VirtualMemoryPool::Impl {
   // goes back and nothing else changed. Errors other than a lack of memory propagate, also
   // with nothing changed.
   void* try_allocate(PoolShard& shard, const Fit& fit, std::size_t bytes, Level level,
-                     std::string& failure) {
+                     Attempt& attempt) {
     shard.drain_quick_lists();
     Block* found = shard.find(fit);
-    if (found == nullptr) found = add_range(shard, fit);
+    if (found == nullptr) {
+      try {
+        found = add_range(shard, fit);
+      } catch (const OutOfMemory& e) {
+        attempt = {std::string("reserving an address range failed: ") + e.what(), true};
+        return nullptr;
+      }
+    }
     shard.records.reserve(2);
     shard.live.reserve_one();
     Block* block = shard.carve(found, fit);
     block->free = false;  // not indexed, not live: the neighbours will not merge into it
     try {
-      if (!back_pages(shard, block, level, failure)) {
+      if (!back_pages(shard, block, level, attempt.failure)) {
         shard.make_free(block);
         return nullptr;
       }
+    } catch (const OutOfMemory& e) {  // only map() lets one through
+      shard.make_free(block);
+      attempt = {std::string("mapping a page failed (the request was rolled back): ") + e.what(),
+                 true};
+      return nullptr;
     } catch (...) {
       shard.make_free(block);
       throw;
@@ -335,11 +356,8 @@ struct VirtualMemoryPool::Impl {
     void* base = nullptr;
     try {
       base = memory.reserve(size, page_size);
-    } catch (const OutOfMemory& e) {
-      counters.ooms.fetch_add(1, std::memory_order_relaxed);
-      throw OutOfMemory::describe(name(), oom_info(fit.rounded),
-                                  "reserving an address range of " + format_bytes(size) +
-                                      " failed: " + e.what());
+    } catch (const OutOfMemory&) {
+      throw;  // try_allocate turns it into the pool's OutOfMemory, out of the lock
     } catch (const Error& e) {
       throw Error(name() + ": reserving an address range of " + format_bytes(size) +
                   " failed: " + e.what());
@@ -396,12 +414,18 @@ struct VirtualMemoryPool::Impl {
   struct Gathered {
     std::vector<std::uint32_t> reused;
     std::vector<std::uint32_t> created;
+    std::vector<std::uint32_t> created_now;  // every chunk created in this attempt, sorted
     std::size_t size() const { return reused.size() + created.size(); }
     std::uint32_t take() {
       std::vector<std::uint32_t>& from = reused.empty() ? created : reused;
       const std::uint32_t chunk = from.back();
       from.pop_back();
       return chunk;
+    }
+    // A chunk taken but not kept goes back to the list it came from.
+    void put_back(std::uint32_t chunk) {
+      const bool fresh = std::binary_search(created_now.begin(), created_now.end(), chunk);
+      (fresh ? created : reused).push_back(chunk);
     }
   };
 
@@ -416,7 +440,11 @@ struct VirtualMemoryPool::Impl {
     // Other shards may hold free pages too: level kOthers takes them before creating.
     const bool may_create = !options.remap_before_growth || level != Level::kOwn ||
                             !other_shards_with(page_size, shard);
-    if (may_create) create_chunks(page_size, missing - got.size(), got.created, failure);
+    if (may_create) {
+      create_chunks(page_size, missing - got.size(), got.created, failure);
+      got.created_now = got.created;
+      std::sort(got.created_now.begin(), got.created_now.end());
+    }
     if (got.size() == missing) return;
     if (!remap_first) steal_pages(shard, page_size, missing - got.size(), got.reused);
     if (got.size() < missing && failure.empty()) {
@@ -453,7 +481,7 @@ struct VirtualMemoryPool::Impl {
         try {
           memory.map(reinterpret_cast<void*>(range.page_address(p)), chunk_at(chunk));
         } catch (...) {
-          got.reused.push_back(chunk);
+          got.put_back(chunk);
           throw;
         }
         range.pages[p] = chunk + 1;
@@ -465,23 +493,22 @@ struct VirtualMemoryPool::Impl {
     } catch (...) {
       // Roll back: the request fails as if it had never been made.
       for (auto it = mapped_here.rbegin(); it != mapped_here.rend(); ++it) {
-        got.reused.push_back(unmap_page(range, *it, shard.stream));
+        got.put_back(unmap_page(range, *it, shard.stream));
       }
       rethrow_map_failure(range.page_size);
     }
   }
 
-  // Called inside a catch block: names the failed step, counts an out-of-memory.
-  [[noreturn]] void rethrow_map_failure(std::size_t page_size) {
-    const std::string what = "mapping a page of " + format_bytes(page_size) +
-                             " failed (the request was rolled back): ";
+  // Called inside a catch block: an OutOfMemory goes on as it is (try_allocate reports it);
+  // any other error is named.
+  [[noreturn]] void rethrow_map_failure(std::size_t page_size) const {
     try {
       throw;
-    } catch (const OutOfMemory& e) {
-      counters.ooms.fetch_add(1, std::memory_order_relaxed);
-      throw OutOfMemory::describe(name(), oom_info(e.info.requested), oom_detail(what + e.what()));
+    } catch (const OutOfMemory&) {
+      throw;
     } catch (const Error& e) {
-      throw Error(name() + ": " + what + e.what());
+      throw Error(name() + ": mapping a page of " + format_bytes(page_size) +
+                  " failed (the request was rolled back): " + e.what());
     }
   }
 
@@ -587,9 +614,7 @@ struct VirtualMemoryPool::Impl {
   void create_chunks(std::size_t page_size, std::size_t want, std::vector<std::uint32_t>& out,
                      std::string& failure) {
     for (std::size_t i = 0; i < want; ++i) {
-      if (options.max_physical_bytes != 0 &&
-          page_size > options.max_physical_bytes - std::min(options.max_physical_bytes,
-                                                            counters.physical.current())) {
+      if (!commit(page_size)) {
         failure = "the physical cap of " + format_bytes(options.max_physical_bytes) +
                   " is reached";
         return;
@@ -598,9 +623,11 @@ struct VirtualMemoryPool::Impl {
       try {
         chunk = memory.create(page_size);
       } catch (const OutOfMemory& e) {
+        uncommit(page_size);
         failure = std::string("creating a chunk failed: ") + e.what();
         return;
       } catch (const Error& e) {
+        uncommit(page_size);
         throw Error(name() + ": creating a chunk of " + format_bytes(page_size) +
                     " failed: " + e.what());
       }
@@ -608,12 +635,26 @@ struct VirtualMemoryPool::Impl {
         out.push_back(add_chunk(chunk));
       } catch (...) {
         memory.destroy(chunk);
+        uncommit(page_size);
         throw;
       }
       counters.physical.add(page_size);
       counters.creates.fetch_add(1, std::memory_order_relaxed);
     }
   }
+
+  // Claims `bytes` of the physical cap before a chunk is created, so that threads creating
+  // at once never pass it together.
+  bool commit(std::size_t bytes) {
+    std::size_t used = committed.load(std::memory_order_relaxed);
+    do {
+      if (options.max_physical_bytes != 0 && bytes > options.max_physical_bytes - used) {
+        return false;
+      }
+    } while (!committed.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+    return true;
+  }
+  void uncommit(std::size_t bytes) { committed.fetch_sub(bytes, std::memory_order_relaxed); }
 
   std::uint32_t add_chunk(PhysicalChunk chunk) {
     std::lock_guard lock(chunk_mutex);
@@ -638,6 +679,7 @@ struct VirtualMemoryPool::Impl {
     }
     counters.physical.sub(chunk.bytes);
     counters.destroys.fetch_add(1, std::memory_order_relaxed);
+    uncommit(chunk.bytes);
     memory.destroy(chunk);
   }
 
@@ -1041,6 +1083,7 @@ struct VirtualMemoryPool::Impl {
   StreamEvents& events;
   mutable Counters counters;
 
+  std::atomic<std::size_t> committed{0};  // physical bytes created or being created
   mutable std::mutex chunk_mutex;
   std::vector<PhysicalChunk> chunks;
   std::vector<std::uint32_t> free_chunk_slots;

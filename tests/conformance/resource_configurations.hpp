@@ -275,7 +275,9 @@ struct VirtualMemoryPoolOverHostConfig : PoolTraits {
     EXPECT_GE(s.peak_reserved_bytes, s.reserved_bytes);
     EXPECT_EQ(s.allocations - s.frees, s.live_allocations);
     EXPECT_EQ(s.segment_allocations - s.segment_releases, s.segments);
-    if (kCapacity != 0) EXPECT_LE(s.peak_reserved_bytes, kCapacity);
+    if (kCapacity != 0) {
+      EXPECT_LE(s.peak_reserved_bytes, kCapacity);
+    }
     const VirtualMemoryPoolStats v = vm_pool.vm_stats();
     EXPECT_EQ(v.physical_bytes, s.reserved_bytes);
     EXPECT_EQ(v.physical_bytes, memory.physical_bytes()) << "pool and memfd agree";
@@ -309,7 +311,7 @@ struct CappedVirtualMemoryOptions {
 struct EagerUnmapVirtualMemoryOptions {
   static constexpr const char* kName = "VirtualMemoryPoolEagerUnmap";
   static constexpr VirtualMemoryPoolOptions make() {
-    return {.small_page_size = 4 * kKiB, .eager_unmap = true};
+    return {.eager_unmap = true};
   }
 };
 

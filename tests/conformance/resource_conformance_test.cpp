@@ -131,14 +131,14 @@ TYPED_TEST(ResourceConformance, ZeroBytesReturnsNullAndReservesNothing) {
   EXPECT_NO_THROW(this->resource().deallocate(nullptr, 0, Stream{3}));
   this->expect_accounting(this->new_model());
   if constexpr (TypeParam::kIsPool) {
-    CachingPool& pool = this->config_.pool();
+    auto& pool = this->config_.pool();
     EXPECT_NO_THROW(pool.free(nullptr));
     EXPECT_NO_THROW(pool.free(nullptr, Stream{3}));
     EXPECT_EQ(pool.allocate(0, 4096, Stream{}), nullptr);
     const PoolStats s = pool.stats();
     EXPECT_EQ(s.allocations, 0u) << "zero-byte requests are not counted";
     EXPECT_EQ(s.frees, 0u);
-    EXPECT_EQ(s.reserved_bytes, pool.options().initial_reservation)
+    EXPECT_EQ(s.reserved_bytes, initial_reservation_of(pool))
         << "zero-byte requests reserve nothing";
   }
 }

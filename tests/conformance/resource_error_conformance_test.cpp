@@ -116,7 +116,7 @@ TYPED_TEST(ResourceErrorConformance, DoubleFreeIsRejected) {
           "deallocate of a freed pointer", [&] { this->resource().deallocate(ptr, size); }, model,
           [&](const InvalidPointer& e) { EXPECT_EQ(e.pointer, ptr) << e.what(); });
       if constexpr (TypeParam::kIsPool) {
-        CachingPool& pool = this->config_.pool();
+        auto& pool = this->config_.pool();
         this->template expect_rejected<InvalidPointer>(
             "free() of a freed pointer", [&] { pool.free(ptr); }, model);
         // The same through the size-less path on both sides.
@@ -172,7 +172,7 @@ TYPED_TEST(ResourceErrorConformance, ForeignPointersAreRejected) {
           [&] { this->resource().deallocate(bytes + kSize, 512); }, model);
     }
     if constexpr (TypeParam::kIsPool) {
-      CachingPool& pool = this->config_.pool();
+      auto& pool = this->config_.pool();
       this->template expect_rejected<InvalidPointer>(
           "free() of an interior pointer", [&] { pool.free(bytes + 512); }, model);
       this->template expect_rejected<InvalidPointer>(
@@ -212,7 +212,7 @@ TYPED_TEST(ResourceErrorConformance, BadAlignmentIsRejected) {
   if constexpr (!TypeParam::kIsPool) {
     GTEST_SKIP() << "only pools take an alignment";
   } else {
-    CachingPool& pool = this->config_.pool();
+    auto& pool = this->config_.pool();
     ReferenceModel model = this->new_model();
     void* held = this->resource().allocate(6000);
     ASSERT_TRUE(model.add(held, 6000));
