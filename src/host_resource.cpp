@@ -30,9 +30,11 @@ constexpr std::size_t round_up(std::size_t value, std::size_t multiple) {
   throw OutOfMemory::describe(where, info, what + ": " + std::strerror(error));
 }
 
-// Faults every page of [base, base + length) in. MADV_POPULATE_WRITE (Linux 5.14) reports
-// ENOMEM as an error; on older kernels we touch one byte per page instead.
-bool populate(void* base, std::size_t length) {
+}  // namespace
+
+// MADV_POPULATE_WRITE reports ENOMEM as an error; on older kernels (EINVAL) we touch one
+// byte per page instead.
+bool prefault_host_pages(void* base, std::size_t length) {
 #ifdef MADV_POPULATE_WRITE
   if (::madvise(base, length, MADV_POPULATE_WRITE) == 0) return true;
   if (errno != EINVAL) return false;
@@ -43,8 +45,6 @@ bool populate(void* base, std::size_t length) {
   }
   return true;
 }
-
-}  // namespace
 
 std::string HostResource::name() const {
   return options_.transparent_huge_pages ? "host(thp)" : "host";
@@ -76,7 +76,7 @@ void* HostResource::do_allocate(std::size_t bytes, Stream) {
   void* base = reinterpret_cast<void*>(aligned);
   // Advice only: a kernel without THP still gives a valid (4 KiB-backed) mapping.
   ::madvise(base, length, MADV_HUGEPAGE);
-  if (options_.populate && !populate(base, length)) {
+  if (options_.populate && !prefault_host_pages(base, length)) {
     const int error = errno;
     ::munmap(base, length);
     throw_out_of_memory(name(), bytes, "populating pages failed", error);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sdalloc/errors.hpp"
+#include "sdalloc/host_resource.hpp"
 #include "sdalloc/planner.hpp"
 
 namespace sdalloc {
@@ -492,6 +493,10 @@ struct PlannedArena::Impl {
       return;
     }
     ++arena_segment_allocations;
+    if (options.prefault_host_arena && !prefault_host_pages(arena->segment, arena->segment_bytes)) {
+      // Only a speed-up: the pages will still be faulted in on first use.
+      ++counters.prefault_failures;
+    }
     arena->base = round_up(reinterpret_cast<std::uintptr_t>(arena->segment), max_alignment);
     for (std::size_t k = 0; k < slots.size(); ++k) {
       slots[k].offset = static_cast<std::size_t>(result.plan.offsets[k]);

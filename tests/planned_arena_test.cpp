@@ -2,6 +2,7 @@
 #include "sdalloc/planned_arena.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -109,8 +110,8 @@ TEST(PlannedArena, RecordingReusesExactSizesAndHoldsNoMoreThanItsLivePeak) {
   HostResource host;
   StatsResource upstream(host);
   PlannedArena arena(upstream);
-  const std::vector<Op> step = {A(0, 64 * kKiB), F(0), A(1, 64 * kKiB), F(1),
-                                A(2, 32 * kKiB), A(3, 16 * kKiB),  F(2),  F(3)};
+  const std::vector<Op> step = {
+      A(0, 64 * kKiB), F(0), A(1, 64 * kKiB), F(1), A(2, 32 * kKiB), A(3, 16 * kKiB), F(2), F(3)};
   run_step(arena, step);
   // 0 and 1 share one block; 2 does not fit the kept 64 KiB under the 64 KiB peak, so that
   // block goes back first; 3 is new. Then the arena of the plan (64 KiB at most).
@@ -123,6 +124,26 @@ TEST(PlannedArena, RecordingReusesExactSizesAndHoldsNoMoreThanItsLivePeak) {
   EXPECT_EQ(s.current_bytes, arena.stats().reserved_bytes);
   EXPECT_LE(arena.planned_arena_size(), 64 * kKiB);
   EXPECT_EQ(arena.stats().segments, 1u);  // the kept blocks went back at end_step()
+}
+
+// prefault_host_arena: the arena's pages are resident as soon as the plan exists.
+TEST(PlannedArena, PrefaultedHostArenaIsResidentBeforeTheFirstPlannedStep) {
+  HostResource host;
+  PlannedArenaOptions options;
+  options.prefault_host_arena = true;
+  PlannedArena arena(host, options);
+  run_step(arena, kLoop);
+  ASSERT_TRUE(arena.has_plan());
+  EXPECT_EQ(arena.counters().prefault_failures, 0u);
+  arena.begin_step();
+  void* p = arena.allocate(64 * kKiB);  // slot 0, planned: inside the arena
+  const std::size_t page = HostResource::kPageSize;
+  const auto base = reinterpret_cast<std::uintptr_t>(p) / page * page;
+  std::vector<unsigned char> resident(64 * kKiB / page);
+  ASSERT_EQ(::mincore(reinterpret_cast<void*>(base), 64 * kKiB, resident.data()), 0);
+  for (unsigned char r : resident) EXPECT_EQ(r & 1, 1);
+  arena.deallocate(p, 64 * kKiB);
+  arena.end_step();
 }
 
 TEST(PlannedArena, LiveFiguresCountArenaAllocations) {

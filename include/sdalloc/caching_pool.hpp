@@ -68,13 +68,13 @@
 namespace sdalloc {
 
 struct CachingPoolOptions {
-  std::size_t initial_reservation = 0;                 // bytes taken at construction, kept
-  std::size_t segment_granularity = std::size_t{2} << 20;   // segments are multiples of this
-  std::size_t min_segment_size = std::size_t{2} << 20;      // smallest segment asked for
-  std::size_t huge_threshold = std::size_t{128} << 20;      // requests this big get own blocks
-  bool release_cached_before_growth = true;            // see "Growth" above
-  bool consolidate_when_empty = true;                  // see "Consolidation" above
-  StreamEvents* stream_events = nullptr;               // nullptr: HostStreamEvents
+  std::size_t initial_reservation = 0;                     // bytes taken at construction, kept
+  std::size_t segment_granularity = std::size_t{2} << 20;  // segments are multiples of this
+  std::size_t min_segment_size = std::size_t{2} << 20;     // smallest segment asked for
+  std::size_t huge_threshold = std::size_t{128} << 20;     // requests this big get own blocks
+  bool release_cached_before_growth = true;                // see "Growth" above
+  bool consolidate_when_empty = true;                      // see "Consolidation" above
+  StreamEvents* stream_events = nullptr;                   // nullptr: HostStreamEvents
 
   // Throws InvalidArgument naming the first bad field: granularity not a power of two of
   // at least 4 KiB, min_segment_size or initial_reservation not a multiple of it, or a

@@ -39,11 +39,11 @@ class InvalidPointer : public Error {
 // What a pool held when a request failed. Fields a layer does not know are 0 (a plain
 // resource does not know "live"; an unlimited resource has capacity 0 = unknown).
 struct OutOfMemoryInfo {
-  std::size_t requested = 0;      // bytes asked for
-  std::size_t live = 0;           // bytes in live allocations (as requested)
-  std::size_t reserved = 0;       // bytes held from the resource below
-  std::size_t largest_free = 0;   // largest free block the pool could have handed out
-  std::size_t capacity = 0;       // limit of the resource below, 0 if unknown or none
+  std::size_t requested = 0;     // bytes asked for
+  std::size_t live = 0;          // bytes in live allocations (as requested)
+  std::size_t reserved = 0;      // bytes held from the resource below
+  std::size_t largest_free = 0;  // largest free block the pool could have handed out
+  std::size_t capacity = 0;      // limit of the resource below, 0 if unknown or none
 };
 
 class OutOfMemory : public Error {

@@ -77,6 +77,10 @@ struct PlannedArenaOptions {
   // step being recorded does not hold a pool's cache beside what is live. Off: the
   // fallback pool serves them (faster recording, more memory held while recording).
   bool record_through_upstream = true;
+  // Fault the arena's pages in when it is reserved (prefault_host_pages), so the first
+  // planned step does not pay a page fault per 4 KiB. Only for an upstream that hands out
+  // host memory (HostResource, or adaptors over it); the cost moves into end_step().
+  bool prefault_host_arena = false;
 
   // Throws InvalidArgument for replan_after_divergent_steps == 0, a negative time limit, or
   // bad fallback options.
@@ -92,6 +96,7 @@ struct PlannedArenaCounters {
   std::uint64_t divergent_steps = 0;       // planned steps that diverged
   std::uint64_t replans = 0;               // plans dropped after too many divergent steps
   std::uint64_t arena_failures = 0;        // plans discarded because the arena was refused
+  std::uint64_t prefault_failures = 0;     // arenas whose pages could not be faulted in
 };
 
 class PlannedArena final : public MemoryResource {

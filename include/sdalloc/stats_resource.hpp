@@ -24,7 +24,7 @@ struct ResourceStats {
   std::size_t peak_count = 0;
   std::uint64_t allocations = 0;  // successful allocate calls (zero-byte calls not counted)
   std::uint64_t deallocations = 0;
-  std::uint64_t failures = 0;     // allocate calls that threw
+  std::uint64_t failures = 0;  // allocate calls that threw
 };
 
 class StatsResource final : public MemoryResource {

@@ -83,6 +83,7 @@ class PlannedTarget final : public ReplayTarget {
   static PlannedArenaOptions planned_options(const TargetSettings& settings) {
     PlannedArenaOptions options;
     options.fallback = pool_options(settings);
+    options.prefault_host_arena = true;  // the arena is host memory, used whole every pass
     return options;
   }
   MeasuredHostMemory memory_;

@@ -37,8 +37,9 @@ std::string format_table(const ReplayRun& run) {
   out += "peak live:   " + format_size(run.peak_live) + " (" + std::to_string(run.peak_live) +
          " B), the least any allocator can hold\n";
   if (!run.touch) {
-    out += "note:        without --touch, pages nobody writes are never resident: the system "
-           "allocators' RSS growth then counts only what they wrote themselves\n";
+    out +=
+        "note:        without --touch, pages nobody writes are never resident: the system "
+        "allocators' RSS growth then counts only what they wrote themselves\n";
   }
   out += "\n";
 
@@ -52,10 +53,10 @@ std::string format_table(const ReplayRun& run) {
     }
     rows.push_back({r.allocator, format_size(r.peak_reserved), fixed(r.ratio, 3),
                     fixed(r.ns_per_op, 0), fixed(median_seconds(r.pass_seconds), 3),
-                    r.min_capacity ? format_size(*r.min_capacity) + " = " +
-                                         fixed(double(*r.min_capacity) / double(run.peak_live), 3) +
-                                         "x"
-                                   : "-",
+                    r.min_capacity
+                        ? format_size(*r.min_capacity) + " = " +
+                              fixed(double(*r.min_capacity) / double(run.peak_live), 3) + "x"
+                        : "-",
                     r.counters});
   }
   std::vector<std::size_t> width(header.size());

@@ -16,7 +16,7 @@ namespace sdalloc::replay {
 // (pass p, event i of a trace of n events: p * n + i), so several passes plot side by side.
 struct Sample {
   std::uint64_t event = 0;
-  std::uint64_t live_bytes = 0;      // what the trace had live at that event
+  std::uint64_t live_bytes = 0;      // the most the trace had live since the previous sample
   std::uint64_t reserved_bytes = 0;  // what the allocator held then (RSS growth for system ones)
 };
 

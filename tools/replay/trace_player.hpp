@@ -3,12 +3,13 @@
 // The same loop replays the trace in this process (sdalloc's allocators) and in the child
 // processes that measure the system allocators, so both are timed alike: allocate or free
 // per event, optionally write every 4 KiB page of each allocation (--touch: page faults
-// are part of what a real tensor costs), and every `sample_every` events note the live and
-// reserved bytes for the report's plot.
+// are part of what a real tensor costs), and every few events note the live bytes (the most
+// since the previous sample, so peaks show) and the reserved bytes for the report's plot.
 // Allocations the trace leaves live are freed after the pass, outside the timed part, so
 // every pass starts from the same state and the trace's peak live bytes bound every pass.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -67,6 +68,7 @@ double play_pass(const PreparedTrace& trace, LiveSet& live, const PassSettings& 
   const std::size_t every = n / kSamplesPerPass + 1;
   const std::uint64_t first_event = std::uint64_t(settings.pass) * n;
   std::uint64_t live_bytes = 0;
+  std::uint64_t live_peak_since_sample = 0;  // so the plot shows peaks between samples
   std::size_t next_sample = 0;
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < n; ++i) {
@@ -78,6 +80,7 @@ double play_pass(const PreparedTrace& trace, LiveSet& live, const PassSettings& 
       live.bytes[e.slot] = e.size;
       live.stream[e.slot] = e.stream;
       live_bytes += e.size;
+      live_peak_since_sample = std::max(live_peak_since_sample, live_bytes);
     } else {
       void* p = live.ptr[e.slot];
       live.ptr[e.slot] = nullptr;
@@ -87,8 +90,10 @@ double play_pass(const PreparedTrace& trace, LiveSet& live, const PassSettings& 
     if (i == next_sample || i + 1 == n) {
       next_sample += every;
       if (settings.samples != nullptr) {
-        settings.samples->push_back(Sample{first_event + i, live_bytes, reserved()});
+        settings.samples->push_back(
+            Sample{first_event + i, std::max(live_peak_since_sample, live_bytes), reserved()});
       }
+      live_peak_since_sample = 0;
       if (settings.progress != nullptr) {
         settings.progress->update_now(settings.pass + 1, settings.passes, i, n);
       }
