@@ -459,10 +459,9 @@ sdalloc_status_t sdalloc_layout_block(const sdalloc_layout_t* layout, std::size_
   return guarded(__func__, [&] {
     const sdalloc::SegmentLayout& s = segment_of(layout, segment);
     if (block >= s.blocks.size()) {
-      throw sdalloc::InvalidArgument("block index " + std::to_string(block) +
-                                     " is past the last block of segment " +
-                                     std::to_string(segment) + " (it has " +
-                                     std::to_string(s.blocks.size()) + ")");
+      throw sdalloc::InvalidArgument(
+          "block index " + std::to_string(block) + " is past the last block of segment " +
+          std::to_string(segment) + " (it has " + std::to_string(s.blocks.size()) + ")");
     }
     require(out != nullptr, "out is NULL");
     const std::size_t size = out->struct_size;
@@ -536,8 +535,8 @@ sdalloc_status_t sdalloc_tensor_alloc(sdalloc_pool_t* pool, sdalloc_dtype_t dtyp
     for (std::int32_t i = 0; i < ndim; ++i) tensor.dims[i] = dims[i];
     fill_contiguous_strides(tensor);
     // Allocated last: nothing after it can throw, so a failure never leaks the memory.
-    tensor.data = handle_pool.allocate(tensor.nbytes, sdalloc::CachingPool::kRounding,
-                                        stream_of(stream));
+    tensor.data =
+        handle_pool.allocate(tensor.nbytes, sdalloc::CachingPool::kRounding, stream_of(stream));
     pool->recorder.on_allocate(tensor.data, tensor.nbytes, stream_of(stream));
     *out = tensor;
   });

@@ -54,9 +54,7 @@ class CachingHandlePool final : public HandlePool {
   }
   void free(void* ptr, Stream stream) override { pool_.free(ptr, stream); }
   void record_stream(void* ptr, Stream stream) override { pool_.record_stream(ptr, stream); }
-  std::size_t allocation_size(const void* ptr) const override {
-    return pool_.allocation_size(ptr);
-  }
+  std::size_t allocation_size(const void* ptr) const override { return pool_.allocation_size(ptr); }
   std::size_t trim() override { return pool_.trim(); }
   PoolStats stats() const override { return pool_.stats(); }
   void reset_peak() override { pool_.reset_peak(); }
@@ -77,9 +75,7 @@ class VirtualMemoryHandlePool final : public HandlePool {
   void record_stream(void* /*ptr*/, Stream /*stream*/) override {
     throw InvalidArgument("record_stream is not supported by a virtual-memory pool (mode:vmm)");
   }
-  std::size_t allocation_size(const void* ptr) const override {
-    return pool_.allocation_size(ptr);
-  }
+  std::size_t allocation_size(const void* ptr) const override { return pool_.allocation_size(ptr); }
   std::size_t trim() override { return pool_.trim(); }
   PoolStats stats() const override { return pool_.stats(); }
   void reset_peak() override { pool_.reset_peak(); }
@@ -122,7 +118,7 @@ struct sdalloc_pool {
   }
 
   std::vector<std::unique_ptr<sdalloc::MemoryResource>> resources;  // empty for a vm pool
-  std::unique_ptr<sdalloc::VirtualMemory> virtual_memory;          // null for a caching pool
+  std::unique_ptr<sdalloc::VirtualMemory> virtual_memory;           // null for a caching pool
   std::unique_ptr<sdalloc::StreamEvents> events;
   std::unique_ptr<sdalloc::detail::HandlePool> pool;
   sdalloc::detail::AllocationRecorder recorder;

@@ -183,8 +183,7 @@ TEST(CApiLayout, ErrorsNameTheProblem) {
   ASSERT_EQ(sdalloc_layout_segment(layout, 0, &seg), SDALLOC_SUCCESS);
   sdalloc_block_info_t blk{};
   blk.struct_size = sizeof blk;
-  EXPECT_EQ(sdalloc_layout_block(layout, 0, seg.block_count, &blk),
-            SDALLOC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(sdalloc_layout_block(layout, 0, seg.block_count, &blk), SDALLOC_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(Contains(sdalloc_last_error(), "is past the last block of segment 0"));
   blk.struct_size = sizeof blk + 8;
   EXPECT_EQ(sdalloc_layout_block(layout, 0, 0, &blk), SDALLOC_ERROR_INVALID_ARGUMENT);
@@ -222,7 +221,7 @@ TEST(CApiTrace, RecordsWhatHappensBetweenStartAndStop) {
   ASSERT_EQ(sdalloc_malloc(c.pool, 4096, nullptr, &a), SDALLOC_SUCCESS);
   ASSERT_EQ(sdalloc_malloc_aligned(c.pool, 100, 4096, side, &b), SDALLOC_SUCCESS);
   ASSERT_EQ(sdalloc_free(c.pool, a, nullptr), SDALLOC_SUCCESS);
-  ASSERT_EQ(sdalloc_free(c.pool, before, nullptr), SDALLOC_SUCCESS);  // not in the trace
+  ASSERT_EQ(sdalloc_free(c.pool, before, nullptr), SDALLOC_SUCCESS);           // not in the trace
   EXPECT_EQ(sdalloc_free(c.pool, a, nullptr), SDALLOC_ERROR_INVALID_POINTER);  // no event
   void* zero = nullptr;
   ASSERT_EQ(sdalloc_malloc(c.pool, 0, nullptr, &zero), SDALLOC_SUCCESS);  // no event
@@ -234,7 +233,8 @@ TEST(CApiTrace, RecordsWhatHappensBetweenStartAndStop) {
   EXPECT_EQ(trace.events.size(), 3u);
   ASSERT_EQ(sdalloc_free(c.pool, b, side), SDALLOC_SUCCESS);  // after stop: not written
   EXPECT_EQ(test::read_file(path).size(), std::string("op,id,size,stream\na,0,4096,0\n"
-                                                      "a,1,100,1\nf,0,4096,0\n").size());
+                                                      "a,1,100,1\nf,0,4096,0\n")
+                                              .size());
 }
 
 TEST(CApiTrace, TensorsAreTraced) {

@@ -40,9 +40,9 @@ struct BlockLayout {
 struct SegmentLayout {
   std::uintptr_t address = 0;
   std::size_t size = 0;
-  Stream stream;        // the stream whose shard holds the segment now
-  bool huge = false;    // made for one huge request (see caching_pool.hpp)
-  bool pinned = false;  // the initial reservation, kept until the pool dies
+  Stream stream;                    // the stream whose shard holds the segment now
+  bool huge = false;                // made for one huge request (see caching_pool.hpp)
+  bool pinned = false;              // the initial reservation, kept until the pool dies
   std::vector<BlockLayout> blocks;  // address order, tiling [address, address + size)
 };
 

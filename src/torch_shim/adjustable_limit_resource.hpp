@@ -49,8 +49,9 @@ class AdjustableLimitResource final : public MemoryResource {
         info.requested = bytes;
         info.capacity = limit;
         throw OutOfMemory::describe(name(), info,
-                                    format_bytes(used) + " of the cap in use (the cap comes "
-                                                         "from memory_fraction or capacity)");
+                                    format_bytes(used) +
+                                        " of the cap in use (the cap comes "
+                                        "from memory_fraction or capacity)");
       }
     } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
     try {

@@ -86,8 +86,7 @@ std::unique_ptr<sdalloc_pool> make_cuda_pool(const ShimConfig& config, int devic
                           std::make_unique<cuda::CudaStreamEvents>(device));
   }
   const std::size_t total = stack.front()->capacity();
-  return finish(config, std::move(stack), std::make_unique<cuda::CudaStreamEvents>(device),
-                total);
+  return finish(config, std::move(stack), std::make_unique<cuda::CudaStreamEvents>(device), total);
 }
 #endif
 

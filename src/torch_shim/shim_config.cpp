@@ -169,7 +169,9 @@ ShimConfig parse_shim_config(std::string_view text) {
 std::string format_shim_config(const ShimConfig& c) {
   std::string text;
   text += c.backend == Backend::kCuda ? "backend:cuda" : "backend:host";
-  text += c.mode == Mode::kPool ? ",mode:pool" : c.mode == Mode::kAsync ? ",mode:async" : ",mode:vmm";
+  text += c.mode == Mode::kPool    ? ",mode:pool"
+          : c.mode == Mode::kAsync ? ",mode:async"
+                                   : ",mode:vmm";
   text += ",capacity:" + size_text(c.capacity);
   if (c.memory_fraction > 0.0) {
     char fraction[32];

@@ -100,8 +100,8 @@ int slot_of(int device) { return device - kMinDevice; }
 void check_device(int device) {
   if (device < kMinDevice || device >= kMaxDevices) {
     throw sdalloc::InvalidArgument("device " + std::to_string(device) + " is out of range [" +
-                                   std::to_string(kMinDevice) + ", " +
-                                   std::to_string(kMaxDevices) + ")");
+                                   std::to_string(kMinDevice) + ", " + std::to_string(kMaxDevices) +
+                                   ")");
   }
 }
 
@@ -175,8 +175,7 @@ void* sdalloc_torch_malloc(std::size_t size, int device, cudaStream_t stream) no
   return ptr;
 }
 
-void sdalloc_torch_free(void* ptr, std::size_t /*size*/, int device,
-                        cudaStream_t stream) noexcept {
+void sdalloc_torch_free(void* ptr, std::size_t /*size*/, int device, cudaStream_t stream) noexcept {
   if (ptr == nullptr) return;
   sdalloc_pool_t* pool = nullptr;
   if (device >= kMinDevice && device < kMaxDevices) {
@@ -254,9 +253,7 @@ const char* sdalloc_torch_config(void) noexcept {
   return s.config_text.c_str();
 }
 
-int sdalloc_torch_has_cuda(void) noexcept {
-  return sdalloc::torch_shim::built_with_cuda() ? 1 : 0;
-}
+int sdalloc_torch_has_cuda(void) noexcept { return sdalloc::torch_shim::built_with_cuda() ? 1 : 0; }
 
 sdalloc_pool_t* sdalloc_torch_pool(int device) noexcept {
   if (device < kMinDevice || device >= kMaxDevices) return nullptr;
@@ -276,8 +273,7 @@ sdalloc_status_t sdalloc_torch_set_memory_fraction(double fraction, int device) 
   return shim_guarded(__func__, [&] {
     check_device(device);
     if (!(fraction > 0.0) || fraction > 1.0) {
-      throw sdalloc::InvalidArgument("fraction " + std::to_string(fraction) +
-                                     " is outside (0, 1]");
+      throw sdalloc::InvalidArgument("fraction " + std::to_string(fraction) + " is outside (0, 1]");
     }
     ShimState& s = state();
     std::lock_guard lock(s.mutex);
