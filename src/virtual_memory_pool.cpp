@@ -91,13 +91,12 @@ void VirtualMemoryPoolOptions::validate(std::size_t granularity) const {
            std::to_string(granularity) + "), got " + std::to_string(value));
     }
   }
+  if (!(growth_slack >= 0.0 && growth_slack <= 1.0)) {
+    fail("growth_slack must be between 0 and 1, got " + std::to_string(growth_slack));
+  }
   if (range_size == 0 || range_size % granularity != 0) {
     fail("range_size must be a positive multiple of the granularity (" +
          std::to_string(granularity) + "), got " + std::to_string(range_size));
-  }
-  if (max_physical_bytes % granularity != 0) {
-    fail("max_physical_bytes must be a multiple of the granularity (" +
-         std::to_string(granularity) + "), got " + std::to_string(max_physical_bytes));
   }
 }
 
@@ -391,11 +390,15 @@ struct VirtualMemoryPool::Impl {
     std::size_t missing = 0;
     for (std::size_t p = first; p < end; ++p) missing += range.is_mapped(p) ? 0 : 1;
     if (missing == 0) return true;
-    if (range.pages.size() < end) range.pages.resize(std::max(end, range.pages.size() * 2));
+    if (range.pages.size() < end) {
+      // Doubling keeps growth rare; never past the range's own page count.
+      range.pages.resize(std::min(std::max(end, range.pages.size() * 2),
+                                  range.size / range.page_size));
+    }
 
     Gathered got;  // chunks in hand; whatever is not mapped goes back on any exit
     try {
-      gather(shard, page_size, missing, level, got, failure);
+      gather(shard, page_size, missing, block->size, level, got, failure);
       if (got.size() < missing) {
         give_back(got, page_size);
         return false;
@@ -429,17 +432,21 @@ struct VirtualMemoryPool::Impl {
     }
   };
 
-  void gather(PoolShard& shard, std::size_t page_size, std::size_t missing, Level level,
-              Gathered& got, std::string& failure) {
+  void gather(PoolShard& shard, std::size_t page_size, std::size_t missing,
+              std::size_t request_bytes, Level level, Gathered& got, std::string& failure) {
     take_spares(page_size, missing, got.reused);
     if (got.size() == missing) return;
-    // Free pages of this shard first, unless the policy grows freely below the cap.
-    const bool remap_first = options.remap_before_growth || level == Level::kOutOfMemory;
+    // Free pages of this shard first, unless the policy grows freely: below the cap
+    // without remap_before_growth, or within growth_slack of the peak live bytes.
+    const bool grow_freely =
+        !options.remap_before_growth ||
+        within_growth_slack((missing - got.size()) * page_size, request_bytes);
+    const bool remap_first = !grow_freely || level == Level::kOutOfMemory;
     if (remap_first) steal_pages(shard, page_size, missing - got.size(), got.reused);
     if (got.size() == missing) return;
     // Other shards may hold free pages too: level kOthers takes them before creating.
-    const bool may_create = !options.remap_before_growth || level != Level::kOwn ||
-                            !other_shards_with(page_size, shard);
+    const bool may_create =
+        grow_freely || level != Level::kOwn || !other_shards_with(page_size, shard);
     if (may_create) {
       create_chunks(page_size, missing - got.size(), got.created, failure);
       got.created_now = got.created;
@@ -452,6 +459,24 @@ struct VirtualMemoryPool::Impl {
                 std::to_string(missing - got.size()) + " more pages of " +
                 format_bytes(page_size);
     }
+  }
+
+  // Whether `bytes` more chunks keep the physical bytes within growth_slack of the highest
+  // live bytes seen: then creating is cheaper than moving pages (no unmap, and no page
+  // faults on pages that were in use elsewhere), and the footprint stays near the minimum.
+  // The live bytes are summed over the streams at this moment (exact, unlike a sum of the
+  // streams' peaks), plus the request; the highest such sum is kept.
+  bool within_growth_slack(std::size_t bytes, std::size_t request_bytes) {
+    if (options.growth_slack <= 0.0) return false;
+    std::size_t live = request_bytes;
+    {
+      std::lock_guard lock(registry_mutex);
+      for (const auto& stream : stream_live) live += stream->bytes.current();
+      if (live > slow_path_peak_live) slow_path_peak_live = live;
+      live = slow_path_peak_live;
+    }
+    const double allowed = static_cast<double>(live) * (1.0 + options.growth_slack);
+    return static_cast<double>(counters.physical.current() + bytes) <= allowed;
   }
 
   bool other_shards_with(std::size_t page_size, const PoolShard& shard) const {
@@ -1030,6 +1055,7 @@ struct VirtualMemoryPool::Impl {
   ~Impl() {
     for (PoolShard* shard : all_shards()) {
       std::lock_guard lock(shard->mutex);
+      shard->collect_pending(events, true);  // gives the events back
       for (Segment* s = shard->segments; s != nullptr;) {
         Segment* next = s->next;
         auto* range = static_cast<VmRange*>(s);
@@ -1096,6 +1122,7 @@ struct VirtualMemoryPool::Impl {
   std::vector<std::unique_ptr<PoolShard>> owned_shards;
   std::vector<std::size_t> page_sizes;  // of owned_shards, by index
   std::vector<std::unique_ptr<StreamLive>> stream_live;
+  std::size_t slow_path_peak_live = 0;  // see within_growth_slack; under registry_mutex
 };
 
 // =======================================================================================

@@ -272,12 +272,23 @@ TEST(VirtualMemoryPool, HugeAndMisalignedRequestsAreRejected) {
   EXPECT_NO_THROW(pool.check_invariants());
 }
 
+// Any cap is accepted (replay's --min-capacity bisects over plain byte counts); chunks
+// are whole pages, so the pool holds at most the cap rounded down to pages.
+TEST(VirtualMemoryPool, CapNeedNotBeAMultipleOfThePageSize) {
+  HostVirtualMemory memory;
+  VirtualMemoryPool pool(memory, {.max_physical_bytes = 3 * kPage + 5000});
+  EXPECT_EQ(pool.capacity(), 3 * kPage + 5000);
+  void* fits = pool.allocate(3 * kPage);
+  EXPECT_THROW((void)pool.allocate(100), OutOfMemory) << "a fourth page would pass the cap";
+  pool.free(fits);
+}
+
 TEST(VirtualMemoryPool, BadOptionsAreRejected) {
   HostVirtualMemory memory;
   EXPECT_THROW(VirtualMemoryPool(memory, {.large_page_size = 3 * kPage}), InvalidArgument);
   EXPECT_THROW(VirtualMemoryPool(memory, {.small_page_size = 1000}), InvalidArgument);
-  EXPECT_THROW(VirtualMemoryPool(memory, {.max_physical_bytes = 5000}), InvalidArgument);
   EXPECT_THROW(VirtualMemoryPool(memory, {.range_size = 0}), InvalidArgument);
+  EXPECT_THROW(VirtualMemoryPool(memory, {.growth_slack = -0.5}), InvalidArgument);
 }
 
 // ---- trim, eager unmapping, streams ---------------------------------------------------------

@@ -1,0 +1,126 @@
+// virtual_memory_bench.cpp - what map operations and page faults cost, for
+// VirtualMemoryPool's policy (docs/virtual_memory_pool.md quotes these figures).
+//
+//   BM_Vm_MapUnmap/<page>          map + unmap of one memfd chunk, pages not touched: the
+//                                  system-call cost of moving a page.
+//   BM_Vm_RemapTouch/<page>        map, write one byte per 4 KiB, unmap, of a chunk whose
+//                                  pages exist: the cost of moving a page that is then used
+//                                  (minor faults: no allocation, no zeroing).
+//   BM_Vm_RemapPopulateTouch/<page>  the same with MAP_POPULATE (HostVirtualMemoryOptions::
+//                                  populate): one call instead of one fault per 4 KiB.
+//   BM_Vm_FreshChunkTouch/<page>   create, map, touch, unmap, destroy: a chunk's first use.
+//   BM_Anon_FreshTouch/<page>      mmap anonymous, touch, munmap: what a plain pool's new
+//                                  segment pays (HostResource).
+//   BM_CachedAllocFree_Vmm/<size>  VirtualMemoryPool's warm alloc+free path, beside
+//                                  BM_CachedAllocFree_Pool (cached_alloc_bench.cpp).
+// Run: build/.../bench/sdalloc_bench --benchmark_filter='Vm|Anon|CachedAllocFree_(Vmm|Pool)/4096'
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "sdalloc/host_virtual_memory.hpp"
+#include "sdalloc/virtual_memory_pool.hpp"
+
+namespace {
+
+using sdalloc::HostVirtualMemory;
+using sdalloc::HostVirtualMemoryOptions;
+using sdalloc::PhysicalChunk;
+using sdalloc::Stream;
+
+constexpr std::size_t kPage = 4096;
+
+void touch(void* base, std::size_t bytes) {
+  auto* p = static_cast<volatile unsigned char*>(base);
+  for (std::size_t i = 0; i < bytes; i += kPage) p[i] = 1;
+}
+
+void PageSizes(benchmark::internal::Benchmark* b) {
+  b->Arg(64 << 10)->Arg(2 << 20);
+}
+
+void BM_Vm_MapUnmap(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  HostVirtualMemory memory;
+  void* base = memory.reserve(bytes);
+  const PhysicalChunk chunk = memory.create(bytes);
+  for (auto _ : state) {
+    memory.map(base, chunk);
+    memory.unmap(base, bytes, Stream{});
+  }
+  memory.destroy(chunk);
+  memory.release(base, bytes);
+}
+BENCHMARK(BM_Vm_MapUnmap)->Apply(PageSizes);
+
+void remap_touch(benchmark::State& state, bool populate) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  HostVirtualMemory memory(HostVirtualMemoryOptions{.populate = populate});
+  void* base = memory.reserve(2 * bytes);
+  const PhysicalChunk chunk = memory.create(bytes);
+  memory.map(base, chunk);
+  touch(base, bytes);  // the pages exist from here on
+  memory.unmap(base, bytes, Stream{});
+  std::size_t flip = 0;
+  for (auto _ : state) {
+    void* at = static_cast<char*>(base) + flip * bytes;  // a new place each time
+    memory.map(at, chunk);
+    touch(at, bytes);
+    memory.unmap(at, bytes, Stream{});
+    flip ^= 1;
+  }
+  memory.destroy(chunk);
+  memory.release(base, 2 * bytes);
+}
+
+void BM_Vm_RemapTouch(benchmark::State& state) { remap_touch(state, false); }
+BENCHMARK(BM_Vm_RemapTouch)->Apply(PageSizes);
+
+void BM_Vm_RemapPopulateTouch(benchmark::State& state) { remap_touch(state, true); }
+BENCHMARK(BM_Vm_RemapPopulateTouch)->Apply(PageSizes);
+
+void BM_Vm_FreshChunkTouch(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  HostVirtualMemory memory;
+  void* base = memory.reserve(bytes);
+  for (auto _ : state) {
+    const PhysicalChunk chunk = memory.create(bytes);
+    memory.map(base, chunk);
+    touch(base, bytes);
+    memory.unmap(base, bytes, Stream{});
+    memory.destroy(chunk);
+  }
+  memory.release(base, bytes);
+}
+BENCHMARK(BM_Vm_FreshChunkTouch)->Apply(PageSizes);
+
+void BM_Anon_FreshTouch(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+      state.SkipWithError("mmap failed");
+      break;
+    }
+    touch(base, bytes);
+    ::munmap(base, bytes);
+  }
+}
+BENCHMARK(BM_Anon_FreshTouch)->Apply(PageSizes);
+
+void BM_CachedAllocFree_Vmm(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  HostVirtualMemory memory;
+  sdalloc::VirtualMemoryPool pool(memory);
+  pool.deallocate(pool.allocate(bytes), bytes);  // warm: range reserved, pages mapped
+  for (auto _ : state) {
+    void* ptr = pool.allocate(bytes);
+    benchmark::DoNotOptimize(ptr);
+    pool.deallocate(ptr, bytes);
+  }
+}
+BENCHMARK(BM_CachedAllocFree_Vmm)->Arg(4096)->Arg(1 << 20)->Arg(16 << 20);
+
+}  // namespace
