@@ -278,8 +278,8 @@ void HostVirtualMemory::map(void* address, PhysicalChunk chunk) {
   if (result == MAP_FAILED) {
     const int error = errno;
     // A failed MAP_FIXED may have removed the reservation underneath: restore it.
-    ::mmap(address, chunk.bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-           -1, 0);
+    (void)::mmap(address, chunk.bytes, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     std::lock_guard lock(mutex_);
     t.mappings.erase(addr);
     t.chunks[chunk.handle].mapped = false;

@@ -370,7 +370,7 @@ struct VirtualMemoryPool::Impl {
       Block* block = shard.add_segment(range.get());
       counters.address_space.add(size);
       counters.ranges.add(1);
-      range.release();  // the shard's segment list owns it now
+      (void)range.release();  // the shard's segment list owns it now
       return block;
     } catch (...) {
       memory.release(base, size);
@@ -517,8 +517,9 @@ struct VirtualMemoryPool::Impl {
       }
     } catch (...) {
       // Roll back: the request fails as if it had never been made.
-      for (auto it = mapped_here.rbegin(); it != mapped_here.rend(); ++it) {
-        got.put_back(unmap_page(range, *it, shard.stream));
+      while (!mapped_here.empty()) {  // last mapped first
+        got.put_back(unmap_page(range, mapped_here.back(), shard.stream));
+        mapped_here.pop_back();
       }
       rethrow_map_failure(range.page_size);
     }
@@ -1032,7 +1033,7 @@ struct VirtualMemoryPool::Impl {
     if (address_space != counters.address_space.current()) broken("address space figure");
     if (mapped_bytes != counters.mapped.current()) broken("mapped bytes figure");
     std::size_t physical = 0;
-    for (std::size_t i = 0; i < chunks.size(); ++i) physical += chunks[i].bytes;
+    for (const PhysicalChunk& chunk : chunks) physical += chunk.bytes;
     for (const auto* spares : {&small_spares, &large_spares}) {
       for (std::uint32_t chunk : *spares) {
         if (chunk >= chunks.size() || chunks[chunk].bytes == 0) broken("spare chunk missing");
