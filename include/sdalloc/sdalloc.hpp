@@ -5,6 +5,7 @@
 #include "sdalloc/errors.hpp"
 #include "sdalloc/event_trace.hpp"
 #include "sdalloc/host_resource.hpp"
+#include "sdalloc/host_virtual_memory.hpp"
 #include "sdalloc/limit_resource.hpp"
 #include "sdalloc/planned_arena.hpp"
 #include "sdalloc/planner.hpp"
@@ -19,3 +20,5 @@
 #include "sdalloc/trace_resource.hpp"
 #include "sdalloc/trace_text.hpp"
 #include "sdalloc/version.hpp"
+#include "sdalloc/virtual_memory.hpp"
+#include "sdalloc/virtual_memory_pool.hpp"
