@@ -3,7 +3,8 @@
 #
 # Stages, in order, stopping at the first failure with the stage's name:
 #   release   configure (CMakePresets.json "release"), build, ctest
-#   tidy      clang-tidy over src/*.cpp with the release build's compile_commands.json
+#   tidy      clang-tidy over the library's and tools' sources (src/, tools/) with the release
+#             build's compile_commands.json
 #             (bugprone findings are errors; skip with SDALLOC_SKIP_TIDY=1)
 #   install   tests/install/check-install.sh: install the release build to a fresh prefix and
 #             build and run a CMake consumer and a C consumer (pkg-config) against it
@@ -91,8 +92,16 @@ run_tidy() {
   }
   # The checks come from .clang-tidy; one file per process, two at a time. The "N warnings
   # generated" lines count system-header warnings that the header filter hides: noise.
+  # Every library and tool source the build compiled (src/, its CUDA and shim folders when
+  # built, tools/), read from the compilation database so each file has its flags.
   local -a sources
-  mapfile -t sources < <(find "$root/src" -maxdepth 1 -name '*.cpp' | sort)
+  mapfile -t sources < <(/usr/bin/python3 -c '
+import json, sys
+root = sys.argv[1]
+files = {e["file"] for e in json.load(open(sys.argv[2]))}
+for f in sorted(files):
+    if f.endswith(".cpp") and (f.startswith(root + "/src/") or f.startswith(root + "/tools/")):
+        print(f)' "$root" "$dir/compile_commands.json")
   echo "clang-tidy: ${#sources[@]} files"
   printf '%s\0' "${sources[@]}" |
     xargs -0 -n 1 -P "$ctest_jobs" clang-tidy -p "$dir" --quiet 2>&1 |

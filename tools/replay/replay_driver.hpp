@@ -39,7 +39,7 @@ std::vector<std::string> allocator_names();
 // < 1, before replaying anything.
 ReplayRun run_replay(const EventTrace& trace, const ReplayOptions& options);
 
-// The least capacity (within max(1 MiB, peak live / 2000)) at which `allocator` replays
+// The least capacity (within max(4 KiB, peak live / 4000)) at which `allocator` replays
 // the trace `passes` times without running out of memory; nullopt when even 4 x its
 // uncapped peak is not enough. Exposed for tests.
 std::optional<std::uint64_t> find_min_capacity(const InProcessAllocator& allocator,
