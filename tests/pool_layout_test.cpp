@@ -48,7 +48,9 @@ TEST(PoolLayout, BlocksTileSegmentsAndAgreeWithStats) {
   std::size_t reserved = 0, allocated = 0, requested = 0, live = 0;
   for (std::size_t i = 0; i < layout.segments.size(); ++i) {
     const SegmentLayout& s = layout.segments[i];
-    if (i > 0) EXPECT_LT(layout.segments[i - 1].address, s.address) << "address order";
+    if (i > 0) {
+      EXPECT_LT(layout.segments[i - 1].address, s.address) << "address order";
+    }
     EXPECT_EQ(sum_blocks(s), s.size);
     std::uintptr_t at = s.address;
     for (const BlockLayout& blk : s.blocks) {

@@ -54,7 +54,10 @@ void ReplayCommand::add_to(CLI::App& app) {
             const std::vector<std::string> known = replay::allocator_names();
             for (const std::string& name : split_list(list)) {
               if (std::find(known.begin(), known.end(), name) == known.end()) {
-                return "unknown allocator '" + name + "' (known: " + names + ")";
+                std::string message = "unknown allocator '" + name + "' (known: ";
+                message += names;
+                message += ")";
+                return message;
               }
             }
             return {};

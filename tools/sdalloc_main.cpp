@@ -15,7 +15,9 @@
 #include "sdalloc/event_trace.hpp"
 #include "sdalloc/version.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"sdalloc: a memory manager for deep-learning inference. Commands:"};
   app.set_version_flag("--version", SDALLOC_VERSION_STRING);
   app.require_subcommand(1);
@@ -46,6 +48,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: bad trace: %s\n", command, error.what());
   } catch (const std::exception& error) {
     std::fprintf(stderr, "%s: error: %s\n", command, error.what());
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {  // e.g. out of memory while setting up
+    std::fprintf(stderr, "sdalloc: error: %s\n", error.what());
+  } catch (...) {
+    std::fprintf(stderr, "sdalloc: unknown error\n");
   }
   return 1;
 }

@@ -1,11 +1,11 @@
 #include "replay/replay_driver.hpp"
 
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -203,9 +203,14 @@ ReplayRun run_replay(const EventTrace& trace, const ReplayOptions& options) {
       options.allocators.empty() ? allocator_names() : options.allocators;
   for (const std::string& name : names) {
     if (find_in_process(name) == nullptr && find_system(name) == nullptr) {
-      std::string known;
-      for (const std::string& n : allocator_names()) known += (known.empty() ? "" : ", ") + n;
-      throw InvalidArgument("unknown allocator '" + name + "' (known: " + known + ")");
+      std::string message = "unknown allocator '" + name + "' (known: ";
+      const std::vector<std::string> known = allocator_names();
+      for (std::size_t i = 0; i < known.size(); ++i) {
+        if (i > 0) message += ", ";
+        message += known[i];
+      }
+      message += ")";
+      throw InvalidArgument(message);
     }
   }
   const PreparedTrace prepared = PreparedTrace::from(trace);

@@ -118,10 +118,12 @@ int spawn_and_read(const std::vector<std::string>& argv, const std::string& prel
   }
   if (!preload.empty()) env_strings.push_back("LD_PRELOAD=" + preload);
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::vector<std::string> args = argv;
   std::vector<char*> argp;
+  argp.reserve(args.size() + 1);
   for (std::string& s : args) argp.push_back(s.data());
   argp.push_back(nullptr);
 
