@@ -152,20 +152,24 @@ TEST(Cli, TraceFromStandardInputAndRmmLogsAreAccepted) {
 
 TEST(Cli, PlanPrintsJsonAndItsExitStatusSaysWhetherThePlanFits) {
   TempDir dir;
-  const std::string instance = std::string(SDALLOC_DATA_DIR) + "/minimalloc/A.1048576.csv";
-  const CliRun fits = run_cli(dir, "plan --json --capacity 1048576 '" + instance + "'");
+  // Three buffers in MiniMalloc's format: 0 and 1 overlap in time, then 1 and 2; at most
+  // 300 bytes are live at once, and a plan of 300 bytes exists (1 above 0 and 2).
+  const std::string instance = dir.file("three.csv");
+  test::write_file(instance, "id,lower,upper,size\n0,0,10,100\n1,5,15,200\n2,10,20,100\n");
+  const CliRun fits = run_cli(dir, "plan --json --capacity 300 '" + instance + "'");
   ASSERT_EQ(fits.status, 0) << fits.err;
   const nlohmann::json j = nlohmann::json::parse(fits.out);
   EXPECT_TRUE(j.at("fits").get<bool>());
-  EXPECT_LE(j.at("arena").get<std::uint64_t>(), 1048576u);
-  EXPECT_GE(j.at("arena").get<std::uint64_t>(), j.at("lower_bound").get<std::uint64_t>());
+  EXPECT_EQ(j.at("lower_bound").get<std::uint64_t>(), 300u);
+  EXPECT_EQ(j.at("arena").get<std::uint64_t>(), 300u);
+  EXPECT_DOUBLE_EQ(j.at("ratio").get<double>(), 1.0);
   // Below the lower bound no plan exists: exit status 3.
-  const std::uint64_t too_small = j.at("lower_bound").get<std::uint64_t>() - 1;
-  const CliRun no_fit = run_cli(dir, "plan --json --time-limit 1 --capacity " +
-                                         std::to_string(too_small) + " '" + instance + "'");
+  const CliRun no_fit =
+      run_cli(dir, "plan --json --time-limit 1 --capacity 299 '" + instance + "'");
   EXPECT_EQ(no_fit.status, 3);
   EXPECT_FALSE(nlohmann::json::parse(no_fit.out).at("fits").get<bool>());
   EXPECT_EQ(run_cli(dir, "plan '" + dir.file("absent.csv") + "'").status, 1);
+  EXPECT_EQ(run_cli(dir, "plan").status, 2);  // INPUT is required
 }
 
 }  // namespace
