@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <string>
 
-#include "size_text.hpp"
 
 namespace sdalloc {
 namespace {

@@ -16,7 +16,6 @@
 #include <string>
 
 #include "sdalloc/errors.hpp"
-#include "size_text.hpp"
 
 namespace sdalloc {
 

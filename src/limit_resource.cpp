@@ -6,7 +6,6 @@
 #include "sdalloc/limit_resource.hpp"
 
 #include "sdalloc/errors.hpp"
-#include "size_text.hpp"
 
 namespace sdalloc {
 

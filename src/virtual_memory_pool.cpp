@@ -35,7 +35,7 @@
 #include "block.hpp"
 #include "pool_counters.hpp"
 #include "pool_shard.hpp"
-#include "size_text.hpp"
+#include "sdalloc/errors.hpp"
 
 namespace sdalloc {
 

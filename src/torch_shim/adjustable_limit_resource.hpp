@@ -14,7 +14,6 @@
 
 #include "sdalloc/errors.hpp"
 #include "sdalloc/resource.hpp"
-#include "size_text.hpp"  // format_size
 
 namespace sdalloc::torch_shim {
 
