@@ -220,7 +220,13 @@ AllocatorResult run_system_allocator(const SystemAllocator& allocator,
   if (settings.touch) argv.emplace_back("--touch");
   if (!settings.progress) argv.emplace_back("--quiet");
   std::string out;
-  const int status = spawn_and_read(argv, *library, out);
+  int status = 0;
+  try {
+    status = spawn_and_read(argv, *library, out);
+  } catch (const Error& error) {  // this allocator is lost, not the other results
+    result.problem = error.what();
+    return result;
+  }
   if (status != 0) {
     result.problem = "the child process failed (exit status " + std::to_string(status) + ")" +
                      (out.empty() ? std::string() : ": " + out.substr(0, 300));
