@@ -40,9 +40,10 @@ class HostResource final : public MemoryResource {
 };
 
 // Faults every page of the host memory [base, base + length) in, writable, so later first
-// writes cost no page fault: MADV_POPULATE_WRITE (Linux 5.14), or on older kernels a zero
-// byte written into each 4 KiB page - so only for memory whose contents do not matter yet.
-// Returns false, with errno set, when the kernel cannot supply the pages.
+// writes cost no page fault: MADV_POPULATE_WRITE (Linux 5.14) and then a zero byte written
+// into each 4 KiB page, which also makes a lazily backed virtual machine's host supply the
+// page - so only for memory whose contents do not matter yet. Returns false, with errno
+// set, when the kernel cannot supply the pages.
 bool prefault_host_pages(void* base, std::size_t length);
 
 }  // namespace sdalloc
