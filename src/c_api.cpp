@@ -30,6 +30,7 @@
 #include "sdalloc/errors.hpp"
 #include "sdalloc/host_resource.hpp"
 #include "sdalloc/limit_resource.hpp"
+#include "sdalloc/planned_arena.hpp"
 #include "sdalloc/pool_layout.hpp"
 #include "sdalloc/pool_stats.hpp"
 #include "sdalloc/tensor.hpp"
@@ -66,6 +67,8 @@ constexpr std::size_t kStatsFirstSize =
     offsetof(sdalloc_stats_t, peak_overhead_ratio) + sizeof(double);
 constexpr std::size_t kSegmentInfoFirstSize =
     offsetof(sdalloc_segment_info_t, pinned) + sizeof(bool);
+constexpr std::size_t kStepStatsFirstSize =
+    offsetof(sdalloc_step_stats_t, arena_failures) + sizeof(std::uint64_t);
 constexpr std::size_t kBlockInfoFirstSize =
     offsetof(sdalloc_block_info_t, state) + sizeof(sdalloc_block_state_t);
 
@@ -150,6 +153,12 @@ std::unique_ptr<sdalloc_pool> make_host_pool(const sdalloc_pool_config_t& config
   options.huge_threshold = config.huge_threshold;
   options.release_cached_before_growth = config.release_cached_before_growth;
   options.consolidate_when_empty = config.consolidate_when_empty;
+  if (config.planned) {
+    sdalloc::PlannedArenaOptions planned;
+    planned.replan_after_divergent_steps = config.replan_after_divergent_steps;
+    planned.fallback = options;
+    return std::make_unique<sdalloc_pool>(std::move(stack), nullptr, planned);
+  }
   return std::make_unique<sdalloc_pool>(std::move(stack), nullptr, options);
 }
 
@@ -261,6 +270,8 @@ void sdalloc_pool_config_init(sdalloc_pool_config_t* config) noexcept {
   config->huge_threshold = defaults.huge_threshold;
   config->release_cached_before_growth = defaults.release_cached_before_growth;
   config->consolidate_when_empty = defaults.consolidate_when_empty;
+  config->planned = false;
+  config->replan_after_divergent_steps = sdalloc::PlannedArenaOptions{}.replan_after_divergent_steps;
 }
 
 sdalloc_status_t sdalloc_pool_create(const sdalloc_pool_config_t* config,
@@ -344,6 +355,44 @@ sdalloc_status_t sdalloc_trim(sdalloc_pool_t* pool, std::size_t* released) noexc
   return guarded(__func__, [&] {
     const std::size_t bytes = pool_of(pool).trim();
     if (released != nullptr) *released = bytes;
+  });
+}
+
+// ==================================================================== steps
+
+sdalloc_status_t sdalloc_pool_begin_step(sdalloc_pool_t* pool, sdalloc_stream_t stream) noexcept {
+  return guarded(__func__, [&] { pool_of(pool).planned().begin_step(stream_of(stream)); });
+}
+
+sdalloc_status_t sdalloc_pool_end_step(sdalloc_pool_t* pool) noexcept {
+  return guarded(__func__, [&] { pool_of(pool).planned().end_step(); });
+}
+
+sdalloc_status_t sdalloc_pool_step_stats(sdalloc_pool_t* pool,
+                                         sdalloc_step_stats_t* stats) noexcept {
+  return guarded(__func__, [&] {
+    sdalloc::PlannedArena& arena = pool_of(pool).planned();
+    require(stats != nullptr, "stats is NULL");
+    const std::size_t size = stats->struct_size;
+    check_struct_size("stats", size, kStepStatsFirstSize, sizeof *stats,
+                      "set it to sizeof(sdalloc_step_stats_t) before the call");
+    const sdalloc::PlannedArenaCounters counters = arena.counters();
+    sdalloc_step_stats_t c{};
+    c.struct_size = size;
+    c.has_plan = arena.has_plan();
+    c.in_step = arena.in_step();
+    c.arena_bytes = arena.planned_arena_size();
+    c.planned_events = arena.planned_events();
+    c.planned_allocations = counters.planned_allocations;
+    c.kept_allocations = counters.kept_allocations;
+    c.fallback_allocations = counters.fallback_allocations;
+    c.recorded_allocations = counters.recorded_allocations;
+    c.recorded_steps = counters.recorded_steps;
+    c.planned_steps = counters.planned_steps;
+    c.divergent_steps = counters.divergent_steps;
+    c.replans = counters.replans;
+    c.arena_failures = counters.arena_failures;
+    std::memcpy(stats, &c, size);  // only what the caller's (possibly older) struct holds
   });
 }
 

@@ -3,11 +3,12 @@
 // A handle owns a whole stack - the resources or the virtual memory at the bottom (host
 // memory, a capacity limit, or the CUDA sources the PyTorch shim builds), an optional
 // StreamEvents hook for device streams, and the pool on top - plus the recorder behind
-// sdalloc_pool_trace_start. The pool is a CachingPool over the resource stack, or a
-// VirtualMemoryPool over a VirtualMemory (the shim's mode:vmm); HandlePool is the part of
-// their interfaces the C API calls, so every sdalloc_* function works on either. A
-// VirtualMemoryPool has no record_stream and no segment layout: those calls fail with
-// InvalidArgument saying so.
+// sdalloc_pool_trace_start. The pool is a CachingPool over the resource stack, a
+// PlannedArena over it (config.planned, the shim's mode:planned), or a VirtualMemoryPool
+// over a VirtualMemory (the shim's mode:vmm); HandlePool is the part of their interfaces the
+// C API calls, so every sdalloc_* function works on any of them. A VirtualMemoryPool has no
+// record_stream and no segment layout, and only a planned pool has steps: those calls fail
+// with InvalidArgument saying so.
 //
 // sdalloc_pool_create builds host stacks; the shim (src/torch_shim/) builds device stacks.
 // Destruction releases top-down: the pool first (it returns its memory to what is under
@@ -23,6 +24,7 @@
 #include "allocation_recorder.hpp"
 #include "sdalloc/caching_pool.hpp"
 #include "sdalloc/errors.hpp"
+#include "sdalloc/planned_arena.hpp"
 #include "sdalloc/pool_layout.hpp"
 #include "sdalloc/pool_stats.hpp"
 #include "sdalloc/resource.hpp"
@@ -43,6 +45,12 @@ class HandlePool {
   virtual PoolStats stats() const = 0;
   virtual void reset_peak() = 0;
   virtual PoolLayout layout() const = 0;
+  // Steps: only a planned pool has them.
+  virtual PlannedArena& planned() {
+    throw InvalidArgument(
+        "the pool is not a planned pool: steps need sdalloc_pool_config_t.planned (C API) or "
+        "mode:planned (PyTorch shim)");
+  }
 };
 
 class CachingHandlePool final : public HandlePool {
@@ -62,6 +70,28 @@ class CachingHandlePool final : public HandlePool {
 
  private:
   CachingPool pool_;
+};
+
+class PlannedHandlePool final : public HandlePool {
+ public:
+  PlannedHandlePool(MemoryResource& upstream, const PlannedArenaOptions& options)
+      : arena_(upstream, options) {}
+  void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) override {
+    return arena_.allocate(bytes, alignment, stream);
+  }
+  void free(void* ptr, Stream stream) override { arena_.free(ptr, stream); }
+  void record_stream(void* ptr, Stream stream) override { arena_.record_stream(ptr, stream); }
+  std::size_t allocation_size(const void* ptr) const override {
+    return arena_.allocation_size(ptr);
+  }
+  std::size_t trim() override { return arena_.trim(); }
+  PoolStats stats() const override { return arena_.stats(); }
+  void reset_peak() override { arena_.reset_peak(); }
+  PoolLayout layout() const override { return arena_.layout(); }
+  PlannedArena& planned() override { return arena_; }
+
+ private:
+  PlannedArena arena_;
 };
 
 class VirtualMemoryHandlePool final : public HandlePool {
@@ -100,6 +130,14 @@ struct sdalloc_pool {
       : resources(std::move(stack)), events(std::move(stream_events)) {
     options.stream_events = events.get();
     pool = std::make_unique<sdalloc::detail::CachingHandlePool>(*resources.back(), options);
+  }
+  // A PlannedArena on stack.back(); its fallback pool uses `stream_events`.
+  sdalloc_pool(std::vector<std::unique_ptr<sdalloc::MemoryResource>> stack,
+               std::unique_ptr<sdalloc::StreamEvents> stream_events,
+               sdalloc::PlannedArenaOptions options)
+      : resources(std::move(stack)), events(std::move(stream_events)) {
+    options.fallback.stream_events = events.get();
+    pool = std::make_unique<sdalloc::detail::PlannedHandlePool>(*resources.back(), options);
   }
   // A VirtualMemoryPool over `memory`.
   sdalloc_pool(std::unique_ptr<sdalloc::VirtualMemory> memory,

@@ -2,10 +2,12 @@
 #include "sdalloc/planned_arena.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "sdalloc/errors.hpp"
 #include "sdalloc/host_resource.hpp"
 #include "sdalloc/planner.hpp"
+#include "sdalloc/stream_events.hpp"
 
 namespace sdalloc {
 namespace {
@@ -30,6 +33,9 @@ struct Slot {
   std::int64_t freed_at = -1;     // event index of the free, -1 while live
   std::size_t offset = 0;         // in the arena, once planned
   std::size_t offset_index = 0;   // index into Arena::offsets
+  // Live at the end of the recorded step (a loop's carried state, e.g. the next latents):
+  // later steps take it from the fallback pool, so no arena memory outlives its step.
+  bool kept = false;
 };
 
 // The recorded sequence: an allocation of slot k, or the free of slot k.
@@ -42,10 +48,12 @@ struct Event {
 // While the plan is followed at most one live buffer starts at any offset; a free looks the
 // offset up by binary search, so the hot path allocates no memory.
 struct Arena {
-  void* segment = nullptr;
+  void* segment = nullptr;  // null while released by trim() (the plan stays)
+  Stream stream;            // the plan stream: arena memory is reused there at once
   std::size_t segment_bytes = 0;
   std::uintptr_t base = 0;
   std::size_t size = 0;                // plan.arena_size
+  std::size_t alignment = 0;           // the strictest planned alignment: base's
   std::vector<std::size_t> offsets;    // distinct planned offsets, sorted
   std::vector<std::int64_t> occupant;  // per offset: live slot or -1
   std::vector<std::size_t> requested;  // per slot: bytes asked for while live
@@ -54,14 +62,26 @@ struct Arena {
   std::size_t live_bytes = 0;
   std::size_t allocated_bytes = 0;
 
-  bool contains(std::uintptr_t p) const { return p >= base && p < base + size; }
+  bool reserved() const { return segment != nullptr; }
+  bool contains(std::uintptr_t p) const { return reserved() && p >= base && p < base + size; }
+  // The slot whose live buffer starts at p, or -1.
+  std::int64_t live_slot_at(std::uintptr_t p, std::size_t* index) const {
+    if (!contains(p)) return -1;
+    const std::size_t offset = p - base;
+    const auto pos = std::lower_bound(offsets.begin(), offsets.end(), offset);
+    if (pos == offsets.end() || *pos != offset) return -1;
+    *index = static_cast<std::size_t>(pos - offsets.begin());
+    return occupant[*index];
+  }
 };
 
 // A recorded allocation served by the upstream resource itself.
 struct DirectAllocation {
   void* raw = nullptr;        // what the upstream returned
   std::size_t raw_bytes = 0;  // what was asked of the upstream
+  std::size_t rounded = 0;    // the block handed out: [pointer, pointer + rounded)
   std::size_t requested = 0;  // what the caller asked for
+  Stream stream;              // the plan stream it was taken on
 };
 
 }  // namespace
@@ -78,7 +98,12 @@ void PlannedArenaOptions::validate() const {
 
 struct PlannedArena::Impl {
   Impl(MemoryResource& up, PlannedArenaOptions opts)
-      : upstream(up), options(validated(opts)), pool(up, options.fallback) {}
+      : upstream(up),
+        options(validated(opts)),
+        pool(up, options.fallback),
+        events(options.fallback.stream_events != nullptr ? *options.fallback.stream_events
+                                                         : HostStreamEvents::instance()),
+        plan_stream_handle(options.plan_stream.handle) {}
 
   static PlannedArenaOptions validated(PlannedArenaOptions opts) {
     opts.validate();
@@ -86,10 +111,9 @@ struct PlannedArena::Impl {
   }
 
   ~Impl() {
-    for (const auto& [ptr, d] : direct_live) {
-      upstream.deallocate(d.raw, d.raw_bytes, options.plan_stream);
-    }
+    for (const auto& [ptr, d] : direct_live) upstream.deallocate(d.raw, d.raw_bytes, d.stream);
     release_recording_cache();
+    wait_for_arena_users();
     if (current) release(*current);
     for (auto& arena : retired) release(*arena);
   }
@@ -97,11 +121,17 @@ struct PlannedArena::Impl {
   MemoryResource& upstream;
   const PlannedArenaOptions options;
   CachingPool pool;
+  StreamEvents& events;
+
+  // The stream whose sequence is planned: set by begin_step(stream) when a step is recorded.
+  // Written under `mutex`; read without it to send other streams to the pool at once.
+  std::atomic<std::uintptr_t> plan_stream_handle;
+  Stream plan_stream() const { return Stream(plan_stream_handle.load(std::memory_order_relaxed)); }
 
   mutable std::mutex mutex;
   // The plan: slots and events of the recording, and the arena that serves them.
   std::vector<Slot> slots;
-  std::vector<Event> events;
+  std::vector<Event> events_of_plan;
   std::unique_ptr<Arena> current;
   // Arenas of dropped plans that still hold live memory; released when they empty.
   std::vector<std::unique_ptr<Arena>> retired;
@@ -122,9 +152,11 @@ struct PlannedArena::Impl {
   std::multimap<std::size_t, void*> recording_cache;  // raw bytes -> raw pointer
   std::size_t direct_held_bytes = 0;      // raw bytes of direct_live and recording_cache
   std::size_t direct_live_raw_bytes = 0;  // raw bytes of direct_live
-  std::size_t direct_live_bytes = 0;      // requested bytes of direct_live
-  std::size_t direct_peak_held_bytes = 0;
-  std::size_t direct_peak_live_raw_bytes = 0;
+  std::size_t direct_live_rounded_bytes = 0;
+  std::size_t direct_live_bytes = 0;  // requested bytes of direct_live
+  std::size_t direct_peak_live_raw_bytes = 0;  // bounds the recording cache (make_room)
+  std::size_t direct_peak_held_bytes = 0;      // this and the next: statistics only
+  std::size_t direct_peak_rounded_bytes = 0;
   std::size_t direct_peak_live_bytes = 0;
   std::size_t direct_peak_count = 0;
   std::size_t direct_peak_blocks = 0;    // live and cached
@@ -133,6 +165,13 @@ struct PlannedArena::Impl {
   std::uint64_t upstream_allocations = 0;  // blocks taken from the upstream
   std::uint64_t upstream_releases = 0;
   std::size_t divergent_in_a_row = 0;
+
+  // record_stream on arena or direct memory: the other streams that use each live buffer.
+  // When such a buffer is freed, an event is recorded on each; arena memory is not reused
+  // until they complete (begin_step and any arena release wait), a direct block is not
+  // cached or released before they complete (its free waits).
+  std::unordered_map<void*, std::vector<Stream>> used_on;
+  std::vector<StreamEvents::Event> arena_waits;
 
   PlannedArenaCounters counters;
   std::size_t arena_peak_live = 0;
@@ -144,12 +183,25 @@ struct PlannedArena::Impl {
   std::uint64_t arena_segment_allocations = 0;
   std::uint64_t arena_segment_releases = 0;
 
+  void wait_for_arena_users() {
+    for (const StreamEvents::Event e : arena_waits) {
+      events.synchronize(e);
+      events.release(e);
+    }
+    arena_waits.clear();
+  }
+
   void release(Arena& arena) {
-    upstream.deallocate(arena.segment, arena.segment_bytes, options.plan_stream);
+    if (!arena.reserved()) return;
+    wait_for_arena_users();
+    upstream.deallocate(arena.segment, arena.segment_bytes, arena.stream);
+    arena.segment = nullptr;
     ++arena_segment_releases;
   }
 
-  std::size_t arena_count() const { return (current ? 1 : 0) + retired.size(); }
+  std::size_t arena_count() const {
+    return (current && current->reserved() ? 1 : 0) + retired.size();
+  }
 
   template <typename F>
   std::size_t sum_arenas(F figure) const {
@@ -168,16 +220,16 @@ struct PlannedArena::Impl {
   bool planned_step_active() const { return in_step && !recording && current != nullptr; }
 
   void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) {
-    if (!(stream == options.plan_stream)) {
-      void* p = pool.allocate(bytes, alignment, stream);
-      if (p != nullptr) count_fallback();
-      return p;
-    }
+    if (!(stream == plan_stream())) return allocate_elsewhere(bytes, alignment, stream);
     const bool valid = is_power_of_two(alignment) && alignment <= CachingPool::kMaxAlignment &&
                        bytes <= CachingPool::kMaxAllocation;
     if (!valid || bytes == 0) return pool.allocate(bytes, alignment, stream);  // throws or null
 
-    std::lock_guard<std::mutex> lock(mutex);
+    std::unique_lock<std::mutex> lock(mutex);
+    if (!(stream == plan_stream())) {  // a begin_step on another thread moved the plan
+      lock.unlock();
+      return allocate_elsewhere(bytes, alignment, stream);
+    }
     const std::size_t rounded = round_up(bytes, kRounding);
     const std::size_t effective_alignment = std::max(alignment, kRounding);
     if (planned_step_active() && !divergent) {
@@ -199,10 +251,21 @@ struct PlannedArena::Impl {
     return p;
   }
 
+  // A request on a stream other than the plan stream: the fallback pool, not recorded.
+  void* allocate_elsewhere(std::size_t bytes, std::size_t alignment, Stream stream) {
+    void* p = pool.allocate(bytes, alignment, stream);
+    if (p != nullptr) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ++counters.fallback_allocations;
+    }
+    return p;
+  }
+
   // The upstream guarantees kMinAlignment; a stricter alignment takes slack to align up.
   void* allocate_direct(std::size_t bytes, std::size_t rounded, std::size_t alignment) {
     const std::size_t raw_bytes =
         rounded + (alignment > kMinAlignment ? alignment - kMinAlignment : 0);
+    const Stream stream = plan_stream();
     void* raw = nullptr;
     if (const auto cached = recording_cache.find(raw_bytes); cached != recording_cache.end()) {
       raw = cached->second;
@@ -210,26 +273,28 @@ struct PlannedArena::Impl {
     } else {
       make_room(raw_bytes);
       try {
-        raw = upstream.allocate(raw_bytes, options.plan_stream);
+        raw = upstream.allocate(raw_bytes, stream);
       } catch (const OutOfMemory&) {
         if (recording_cache.empty()) throw;
         release_recording_cache();  // all of it, then once more
-        raw = upstream.allocate(raw_bytes, options.plan_stream);
+        raw = upstream.allocate(raw_bytes, stream);
       }
       ++upstream_allocations;
       direct_held_bytes += raw_bytes;
     }
     void* p = reinterpret_cast<void*>(round_up(reinterpret_cast<std::uintptr_t>(raw), alignment));
     try {
-      direct_live.emplace(p, DirectAllocation{raw, raw_bytes, bytes});
+      direct_live.emplace(p, DirectAllocation{raw, raw_bytes, rounded, bytes, stream});
     } catch (...) {
       release_raw(raw, raw_bytes);
       throw;
     }
     direct_live_raw_bytes += raw_bytes;
+    direct_live_rounded_bytes += rounded;
     direct_live_bytes += bytes;
     direct_peak_held_bytes = std::max(direct_peak_held_bytes, direct_held_bytes);
     direct_peak_live_raw_bytes = std::max(direct_peak_live_raw_bytes, direct_live_raw_bytes);
+    direct_peak_rounded_bytes = std::max(direct_peak_rounded_bytes, direct_live_rounded_bytes);
     direct_peak_live_bytes = std::max(direct_peak_live_bytes, direct_live_bytes);
     direct_peak_count = std::max(direct_peak_count, direct_live.size());
     direct_peak_blocks = std::max(direct_peak_blocks, direct_live.size() + recording_cache.size());
@@ -250,7 +315,7 @@ struct PlannedArena::Impl {
   }
 
   void release_raw(void* raw, std::size_t raw_bytes) {
-    upstream.deallocate(raw, raw_bytes, options.plan_stream);
+    upstream.deallocate(raw, raw_bytes, plan_stream());
     direct_held_bytes -= raw_bytes;
     ++upstream_releases;
   }
@@ -260,18 +325,43 @@ struct PlannedArena::Impl {
     recording_cache.clear();
   }
 
+  // Events on the other streams that used ptr (record_stream), which the free must honour.
+  std::vector<StreamEvents::Event> record_users(void* ptr) {
+    std::vector<StreamEvents::Event> recorded;
+    const auto it = used_on.find(ptr);
+    if (it == used_on.end()) return recorded;
+    for (const Stream s : it->second) {
+      if (const StreamEvents::Event e = events.record(s); e != StreamEvents::kNoEvent) {
+        recorded.push_back(e);
+      }
+    }
+    used_on.erase(it);
+    return recorded;
+  }
+
+  void check_size(std::optional<std::size_t> bytes, std::size_t requested) const {
+    if (bytes && *bytes != requested) {
+      throw InvalidArgument(name() + ": free of " + std::to_string(*bytes) +
+                            " bytes, but the allocation was " + std::to_string(requested) +
+                            " bytes");
+    }
+  }
+
   // Returns false when ptr is not a direct allocation.
-  bool deallocate_direct(void* ptr, std::size_t bytes) {
+  bool deallocate_direct(void* ptr, std::optional<std::size_t> bytes) {
     const auto it = direct_live.find(ptr);
     if (it == direct_live.end()) return false;
     const DirectAllocation d = it->second;
-    if (d.requested != bytes) {
-      throw InvalidArgument(name() + ": free of " + std::to_string(bytes) +
-                            " bytes, but the allocation was " + std::to_string(d.requested) +
-                            " bytes");
+    check_size(bytes, d.requested);
+    // Another stream may still use it: its block is neither cached nor released before that
+    // work is done. Rare (record_stream during a recorded step), so the free simply waits.
+    for (const StreamEvents::Event e : record_users(ptr)) {
+      events.synchronize(e);
+      events.release(e);
     }
     direct_live.erase(it);
     direct_live_raw_bytes -= d.raw_bytes;
+    direct_live_rounded_bytes -= d.rounded;
     direct_live_bytes -= d.requested;
     ++direct_frees;
     bool cached = false;
@@ -286,16 +376,19 @@ struct PlannedArena::Impl {
     return true;
   }
 
-  void count_fallback() {
-    std::lock_guard<std::mutex> lock(mutex);
-    ++counters.fallback_allocations;
-  }
-
   void* try_planned(std::size_t bytes, std::size_t rounded, std::size_t alignment) {
-    if (cursor >= events.size() || !events[cursor].is_alloc) return nullptr;
-    const std::uint32_t k = events[cursor].slot;
+    if (cursor >= events_of_plan.size() || !events_of_plan[cursor].is_alloc) return nullptr;
+    const std::uint32_t k = events_of_plan[cursor].slot;
     const Slot& slot = slots[k];
     if (slot.rounded != rounded || slot.alignment != alignment) return nullptr;
+    if (slot.kept) {
+      // Kept past the step in the recording: not arena memory, so the next step can begin
+      // with the arena empty. Its free is not an event of the plan.
+      void* p = pool.allocate(bytes, alignment, plan_stream());
+      ++cursor;
+      ++counters.kept_allocations;
+      return p;
+    }
     Arena& arena = *current;
     // Cannot happen while the step follows the recording; checked so that a bug here shows
     // as a fallback, never as two live buffers at one address.
@@ -326,13 +419,15 @@ struct PlannedArena::Impl {
     Slot slot;
     slot.rounded = rounded;
     slot.alignment = alignment;
-    slot.allocated_at = static_cast<std::int64_t>(events.size());
+    slot.allocated_at = static_cast<std::int64_t>(events_of_plan.size());
     slots.push_back(slot);
-    events.push_back(Event{true, k});
+    events_of_plan.push_back(Event{true, k});
     recording_live.emplace(p, k);
   }
 
-  void deallocate(void* ptr, std::size_t bytes, Stream stream) {
+  // `bytes` is the caller's byte count, checked against the allocation; nullopt: not known
+  // (the size-less free of the C API and PyTorch's shim).
+  void deallocate(void* ptr, std::optional<std::size_t> bytes, Stream stream) {
     if (ptr == nullptr) return;
     std::unique_lock<std::mutex> lock(mutex);
     const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
@@ -352,38 +447,51 @@ struct PlannedArena::Impl {
     const bool direct = deallocate_direct(ptr, bytes);
     if (!direct && !(in_step && recording)) {
       lock.unlock();
-      pool.deallocate(ptr, bytes, stream);  // checks the pointer and the size
+      pool_free(ptr, bytes, stream);  // checks the pointer and the size
       return;
     }
-    if (!direct) pool.deallocate(ptr, bytes, stream);
+    if (!direct) pool_free(ptr, bytes, stream);
     if (!(in_step && recording)) return;
     auto it = recording_live.find(ptr);
     if (it != recording_live.end()) {
-      slots[it->second].freed_at = static_cast<std::int64_t>(events.size());
-      events.push_back(Event{false, it->second});
+      slots[it->second].freed_at = static_cast<std::int64_t>(events_of_plan.size());
+      events_of_plan.push_back(Event{false, it->second});
       recording_live.erase(it);
     }
   }
 
-  void free_in_arena(Arena& arena, std::uintptr_t addr, std::size_t bytes, Stream stream,
-                     bool is_current) {
-    const std::size_t offset = addr - arena.base;
-    const auto pos = std::lower_bound(arena.offsets.begin(), arena.offsets.end(), offset);
-    const auto index = static_cast<std::size_t>(pos - arena.offsets.begin());
-    if (pos == arena.offsets.end() || *pos != offset || arena.occupant[index] == -1) {
+  void pool_free(void* ptr, std::optional<std::size_t> bytes, Stream stream) {
+    if (bytes) {
+      pool.deallocate(ptr, *bytes, stream);
+    } else {
+      pool.free(ptr, stream);
+    }
+  }
+
+  void free_in_arena(Arena& arena, std::uintptr_t addr, std::optional<std::size_t> bytes,
+                     Stream stream, bool is_current) {
+    std::size_t index = 0;
+    const std::int64_t slot = arena.live_slot_at(addr, &index);
+    if (slot < 0) {
       throw InvalidPointer(name() + ": free of a pointer that is not a live allocation (" +
                                "freed already, or inside a planned buffer)",
                            reinterpret_cast<const void*>(addr));
     }
-    const auto k = static_cast<std::size_t>(arena.occupant[index]);
-    if (arena.requested[k] != bytes) {
-      throw InvalidArgument(name() + ": free of " + std::to_string(bytes) +
-                            " bytes, but the allocation was " + std::to_string(arena.requested[k]) +
-                            " bytes");
+    const auto k = static_cast<std::size_t>(slot);
+    check_size(bytes, arena.requested[k]);
+    std::vector<StreamEvents::Event> users = record_users(reinterpret_cast<void*>(addr));
+    const bool used_elsewhere = !users.empty() || !(stream == arena.stream);
+    if (!(stream == arena.stream)) {  // freed for reuse on another stream than the arena's
+      if (const StreamEvents::Event e = events.record(stream); e != StreamEvents::kNoEvent) {
+        users.push_back(e);
+      }
     }
+    arena_waits.insert(arena_waits.end(), users.begin(), users.end());
     if (is_current && planned_step_active() && !divergent) {
-      const bool expected = stream == options.plan_stream && cursor < events.size() &&
-                            !events[cursor].is_alloc && events[cursor].slot == k;
+      // A slot is reused within its step at once; memory another stream still uses cannot
+      // be, so such a free ends the plan for this step.
+      const bool expected = !used_elsewhere && cursor < events_of_plan.size() &&
+                            !events_of_plan[cursor].is_alloc && events_of_plan[cursor].slot == k;
       if (expected) {
         ++cursor;
       } else {
@@ -398,22 +506,70 @@ struct PlannedArena::Impl {
     ++arena_frees;
   }
 
-  void begin_step() {
+  void record_stream(void* ptr, Stream stream) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (is_live_here(ptr)) {
+      std::vector<Stream>& streams = used_on[ptr];
+      if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
+        streams.push_back(stream);
+      }
+      return;
+    }
+    lock.unlock();
+    pool.record_stream(ptr, stream);  // throws InvalidPointer for anything else
+  }
+
+  // Under the lock: is ptr a live arena buffer or a live direct allocation?
+  bool is_live_here(const void* ptr) const { return requested_size_here(ptr).has_value(); }
+
+  std::optional<std::size_t> requested_size_here(const void* ptr) const {
+    const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+    std::size_t index = 0;
+    if (current) {
+      if (const std::int64_t k = current->live_slot_at(addr, &index); k >= 0) {
+        return current->requested[static_cast<std::size_t>(k)];
+      }
+    }
+    for (const auto& arena : retired) {
+      if (const std::int64_t k = arena->live_slot_at(addr, &index); k >= 0) {
+        return arena->requested[static_cast<std::size_t>(k)];
+      }
+    }
+    if (const auto it = direct_live.find(const_cast<void*>(ptr)); it != direct_live.end()) {
+      return it->second.requested;
+    }
+    return std::nullopt;
+  }
+
+  std::size_t allocation_size(const void* ptr) const {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (const auto size = requested_size_here(ptr)) return *size;
+    }
+    return pool.allocation_size(ptr);
+  }
+
+  void begin_step(Stream stream) {
     std::lock_guard<std::mutex> lock(mutex);
     if (in_step) throw InvalidArgument(name() + ": begin_step() while a step is in progress");
+    // Arena memory freed while another stream still used it is reused from this step on.
+    wait_for_arena_users();
+    if (current && !current->reserved() && !reserve(*current)) drop_plan();  // counted
     in_step = true;
     divergent = false;
     cursor = 0;
     recording = current == nullptr;
     if (recording) {
+      plan_stream_handle.store(stream.handle, std::memory_order_relaxed);
       slots.clear();
-      events.clear();
+      events_of_plan.clear();
       recording_live.clear();
       return;
     }
     ++counters.planned_steps;
-    // Buffers kept from the previous step could overlap this step's slots.
-    if (current->live_count != 0) diverge();
+    // Buffers kept from the previous step could overlap this step's slots; a plan of
+    // another stream does not describe this step.
+    if (current->live_count != 0 || !(stream == current->stream)) diverge();
   }
 
   void end_step() {
@@ -428,7 +584,7 @@ struct PlannedArena::Impl {
       make_plan();
       return;
     }
-    if (!divergent && cursor != events.size()) diverge();  // the step stopped early
+    if (!divergent && cursor != events_of_plan.size()) diverge();  // the step stopped early
     if (!divergent) {
       divergent_in_a_row = 0;
       return;
@@ -450,57 +606,72 @@ struct PlannedArena::Impl {
       current.reset();
     }
     slots.clear();
-    events.clear();
+    events_of_plan.clear();
+  }
+
+  // Takes the arena's memory from the upstream; false (counted) when it is refused.
+  bool reserve(Arena& arena) {
+    // What the fallback pool cached is not needed once the arena serves the step; returning
+    // it first keeps the peak at the arena, not arena + cache.
+    pool.trim();
+    try {
+      arena.segment = upstream.allocate(arena.segment_bytes, arena.stream);
+    } catch (const OutOfMemory&) {
+      ++counters.arena_failures;
+      return false;
+    }
+    ++arena_segment_allocations;
+    if (options.prefault_host_arena && !prefault_host_pages(arena.segment, arena.segment_bytes)) {
+      // Only a speed-up: the pages will still be faulted in on first use.
+      ++counters.prefault_failures;
+    }
+    arena.base = round_up(reinterpret_cast<std::uintptr_t>(arena.segment), arena.alignment);
+    arena_peak_segments = std::max(arena_peak_segments, arena_count());
+    return true;
   }
 
   void make_plan() {
-    if (slots.empty()) {
-      events.clear();
-      return;
-    }
+    // Kept slots are not planned: later steps take them from the fallback pool.
     std::vector<Buffer> buffers;
-    buffers.reserve(slots.size());
+    std::vector<std::size_t> planned_slots;
     std::size_t max_alignment = kRounding;
-    const auto end = static_cast<std::int64_t>(events.size());
     for (std::size_t k = 0; k < slots.size(); ++k) {
-      const Slot& s = slots[k];
+      Slot& s = slots[k];
+      s.kept = s.freed_at < 0;
+      if (s.kept) continue;
       buffers.push_back(Buffer{.id = k,
                                .lower = s.allocated_at,
-                               .upper = s.freed_at >= 0 ? s.freed_at : end,
+                               .upper = s.freed_at,
                                .size = s.rounded,
                                .alignment = s.alignment});
+      planned_slots.push_back(k);
       max_alignment = std::max(max_alignment, s.alignment);
+    }
+    if (buffers.empty()) {  // nothing for an arena: record again next step
+      slots.clear();
+      events_of_plan.clear();
+      return;
     }
     PlannerOptions planner_options;
     planner_options.time_limit_seconds = options.planner_time_limit_seconds;
     const PlanResult result = plan(buffers, planner_options);
 
     auto arena = std::make_unique<Arena>();
+    arena->stream = plan_stream();
     arena->size = static_cast<std::size_t>(result.plan.arena_size);
+    arena->alignment = max_alignment;
     // The upstream guarantees kMinAlignment; stricter planned alignments need slack to align
     // the base.
     arena->segment_bytes =
         arena->size + (max_alignment > kMinAlignment ? max_alignment - kMinAlignment : 0);
-    // What the fallback pool cached while recording is not needed once the arena serves the
-    // step; returning it first keeps the peak at the arena, not arena + cache.
-    pool.trim();
-    try {
-      arena->segment = upstream.allocate(arena->segment_bytes, options.plan_stream);
-    } catch (const OutOfMemory&) {
-      ++counters.arena_failures;
+    if (!reserve(*arena)) {
       slots.clear();
-      events.clear();
+      events_of_plan.clear();
       return;
     }
-    ++arena_segment_allocations;
-    if (options.prefault_host_arena && !prefault_host_pages(arena->segment, arena->segment_bytes)) {
-      // Only a speed-up: the pages will still be faulted in on first use.
-      ++counters.prefault_failures;
-    }
-    arena->base = round_up(reinterpret_cast<std::uintptr_t>(arena->segment), max_alignment);
-    for (std::size_t k = 0; k < slots.size(); ++k) {
-      slots[k].offset = static_cast<std::size_t>(result.plan.offsets[k]);
-      arena->offsets.push_back(slots[k].offset);
+    for (std::size_t i = 0; i < planned_slots.size(); ++i) {
+      slots[planned_slots[i]].offset = static_cast<std::size_t>(result.plan.offsets[i]);
+      arena->offsets.push_back(slots[planned_slots[i]].offset);
     }
     std::sort(arena->offsets.begin(), arena->offsets.end());
     arena->offsets.erase(std::unique(arena->offsets.begin(), arena->offsets.end()),
@@ -514,7 +685,79 @@ struct PlannedArena::Impl {
     arena->occupant.assign(arena->offsets.size(), -1);
     arena->requested.assign(slots.size(), 0);
     current = std::move(arena);
-    arena_peak_segments = std::max(arena_peak_segments, arena_count());
+  }
+
+  // What the fallback pool caches, the recording cache outside a recording, and the arena
+  // when no step is in progress and none of its memory is live (the plan stays: the next
+  // begin_step reserves the arena again). Lets a pipeline give the denoiser's arena back
+  // before its next stage (the VAE) the way torch.cuda.empty_cache() gives back a cache.
+  std::size_t trim() {
+    std::size_t released = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!recording) {
+        for (const auto& [raw_bytes, raw] : recording_cache) released += raw_bytes;
+        release_recording_cache();
+      }
+      if (!in_step && current && current->reserved() && current->live_count == 0) {
+        released += current->segment_bytes;
+        release(*current);
+      }
+    }
+    return released + pool.trim();
+  }
+
+  PoolLayout layout() const {
+    PoolLayout result = pool.layout();
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto add_arena = [&](const Arena& a) {
+      if (!a.reserved()) return;
+      SegmentLayout segment;
+      segment.address = reinterpret_cast<std::uintptr_t>(a.segment);
+      segment.size = a.segment_bytes;
+      segment.stream = a.stream;
+      std::uintptr_t at = segment.address;
+      for (std::size_t i = 0; i < a.offsets.size(); ++i) {
+        if (a.occupant[i] < 0) continue;
+        const auto k = static_cast<std::size_t>(a.occupant[i]);
+        const std::uintptr_t start = a.base + a.offsets[i];
+        if (start > at) segment.blocks.push_back({at, start - at, 0, BlockState::kFree});
+        segment.blocks.push_back({start, a.rounded[k], a.requested[k], BlockState::kLive});
+        at = start + a.rounded[k];
+      }
+      const std::uintptr_t end = segment.address + segment.size;
+      if (end > at) segment.blocks.push_back({at, end - at, 0, BlockState::kFree});
+      result.segments.push_back(std::move(segment));
+    };
+    if (current) add_arena(*current);
+    for (const auto& arena : retired) add_arena(*arena);
+    for (const auto& [ptr, d] : direct_live) {
+      SegmentLayout segment;
+      segment.address = reinterpret_cast<std::uintptr_t>(d.raw);
+      segment.size = d.raw_bytes;
+      segment.stream = d.stream;
+      const auto start = reinterpret_cast<std::uintptr_t>(ptr);
+      const std::uintptr_t end = segment.address + segment.size;
+      if (start > segment.address) {
+        segment.blocks.push_back({segment.address, start - segment.address, 0, BlockState::kFree});
+      }
+      segment.blocks.push_back({start, d.rounded, d.requested, BlockState::kLive});
+      if (end > start + d.rounded) {
+        segment.blocks.push_back({start + d.rounded, end - start - d.rounded, 0, BlockState::kFree});
+      }
+      result.segments.push_back(std::move(segment));
+    }
+    for (const auto& [raw_bytes, raw] : recording_cache) {
+      SegmentLayout segment;
+      segment.address = reinterpret_cast<std::uintptr_t>(raw);
+      segment.size = raw_bytes;
+      segment.stream = plan_stream();
+      segment.blocks.push_back({segment.address, raw_bytes, 0, BlockState::kFree});
+      result.segments.push_back(std::move(segment));
+    }
+    std::sort(result.segments.begin(), result.segments.end(),
+              [](const SegmentLayout& a, const SegmentLayout& b) { return a.address < b.address; });
+    return result;
   }
 
   PoolStats stats() const {
@@ -522,12 +765,13 @@ struct PlannedArena::Impl {
     std::lock_guard<std::mutex> lock(mutex);
     const std::size_t live = sum_arenas([](const Arena& a) { return a.live_bytes; });
     const std::size_t allocated = sum_arenas([](const Arena& a) { return a.allocated_bytes; });
-    const std::size_t reserved = sum_arenas([](const Arena& a) { return a.segment_bytes; });
+    const std::size_t reserved =
+        sum_arenas([](const Arena& a) { return a.reserved() ? a.segment_bytes : 0; });
     const std::size_t count = sum_arenas([](const Arena& a) { return a.live_count; });
     s.live_bytes += live + direct_live_bytes;
     s.peak_live_bytes += direct_peak_live_bytes;
-    s.allocated_bytes += direct_live_raw_bytes;
-    s.peak_allocated_bytes += direct_peak_live_raw_bytes;
+    s.allocated_bytes += direct_live_rounded_bytes;
+    s.peak_allocated_bytes += direct_peak_rounded_bytes;
     s.reserved_bytes += direct_held_bytes;
     s.peak_reserved_bytes += direct_peak_held_bytes;
     s.live_allocations += direct_live.size();
@@ -555,6 +799,20 @@ struct PlannedArena::Impl {
     return s;
   }
 
+  void reset_peak() {
+    pool.reset_peak();
+    std::lock_guard<std::mutex> lock(mutex);
+    arena_peak_live = sum_arenas([](const Arena& a) { return a.live_bytes; });
+    arena_peak_allocated = sum_arenas([](const Arena& a) { return a.allocated_bytes; });
+    arena_peak_live_allocations = sum_arenas([](const Arena& a) { return a.live_count; });
+    arena_peak_segments = arena_count();
+    direct_peak_held_bytes = direct_held_bytes;
+    direct_peak_rounded_bytes = direct_live_rounded_bytes;
+    direct_peak_live_bytes = direct_live_bytes;
+    direct_peak_count = direct_live.size();
+    direct_peak_blocks = direct_live.size() + recording_cache.size();
+  }
+
   std::string name() const { return "planned(" + upstream.name() + ")"; }
 };
 
@@ -575,8 +833,22 @@ void PlannedArena::do_deallocate(void* ptr, std::size_t bytes, Stream stream) {
   impl_->deallocate(ptr, bytes, stream);
 }
 
-void PlannedArena::begin_step() { impl_->begin_step(); }
+void PlannedArena::free(void* ptr, Stream stream) { impl_->deallocate(ptr, std::nullopt, stream); }
+
+std::size_t PlannedArena::allocation_size(const void* ptr) const {
+  return impl_->allocation_size(ptr);
+}
+
+void PlannedArena::record_stream(void* ptr, Stream stream) { impl_->record_stream(ptr, stream); }
+
+void PlannedArena::begin_step() { impl_->begin_step(impl_->plan_stream()); }
+void PlannedArena::begin_step(Stream stream) { impl_->begin_step(stream); }
 void PlannedArena::end_step() { impl_->end_step(); }
+
+bool PlannedArena::in_step() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->in_step;
+}
 
 bool PlannedArena::has_plan() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
@@ -590,10 +862,18 @@ std::size_t PlannedArena::planned_arena_size() const {
 
 std::size_t PlannedArena::planned_events() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->current ? impl_->events.size() : 0;
+  return impl_->current ? impl_->events_of_plan.size() : 0;
 }
 
+Stream PlannedArena::plan_stream() const { return impl_->plan_stream(); }
+
 PoolStats PlannedArena::stats() const { return impl_->stats(); }
+
+void PlannedArena::reset_peak() { impl_->reset_peak(); }
+
+std::size_t PlannedArena::trim() { return impl_->trim(); }
+
+PoolLayout PlannedArena::layout() const { return impl_->layout(); }
 
 PlannedArenaCounters PlannedArena::counters() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);

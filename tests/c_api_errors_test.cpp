@@ -56,6 +56,10 @@ TEST(CApiErrors, NoEntryPointCanThrow) {
   EXPECT_TRUE(noexcept(sdalloc_trim(pool, &size)));
   EXPECT_TRUE(noexcept(sdalloc_pool_stats(pool, &stats)));
   EXPECT_TRUE(noexcept(sdalloc_pool_reset_peak(pool)));
+  sdalloc_step_stats_t steps{};
+  EXPECT_TRUE(noexcept(sdalloc_pool_begin_step(pool, nullptr)));
+  EXPECT_TRUE(noexcept(sdalloc_pool_end_step(pool)));
+  EXPECT_TRUE(noexcept(sdalloc_pool_step_stats(pool, &steps)));
   EXPECT_TRUE(noexcept(sdalloc_memory_stat(pool, "num_ooms", &value)));
   EXPECT_TRUE(noexcept(sdalloc_dtype_bits(SDALLOC_DTYPE_FP32)));
   EXPECT_TRUE(noexcept(sdalloc_dtype_name(SDALLOC_DTYPE_FP32)));

@@ -135,6 +135,8 @@ static void config_init_fills_the_defaults(void) {
   CHECK(config.huge_threshold == 128 * MIB);
   CHECK(config.release_cached_before_growth == true);
   CHECK(config.consolidate_when_empty == true);
+  CHECK(config.replan_after_divergent_steps == 3);
+  CHECK(config.planned == false);
   sdalloc_pool_config_init(NULL); /* documented no-op: must not crash */
 }
 
@@ -479,6 +481,131 @@ static void trim_releases_cached_segments(void) {
   CHECK(stats.segment_releases == 1);
   CHECK_OK(sdalloc_trim(pool, NULL)); /* released is optional */
   sdalloc_pool_destroy(pool);
+}
+
+/* ------------------------------------------------------------------ steps */
+
+static sdalloc_pool_t* new_planned_pool(void) {
+  sdalloc_pool_config_t config;
+  sdalloc_pool_config_init(&config);
+  config.planned = true;
+  config.replan_after_divergent_steps = 2;
+  sdalloc_pool_t* pool = NULL;
+  CHECK_OK(sdalloc_pool_create(&config, &pool));
+  if (pool == NULL) {
+    fprintf(stderr, "cannot continue without a planned pool\n");
+    exit(1);
+  }
+  return pool;
+}
+
+/* One step of a loop: two scratch buffers, the second placed where the first was. */
+static void run_step(sdalloc_pool_t* pool, size_t first_size, void** first, void** second) {
+  CHECK_OK(sdalloc_pool_begin_step(pool, NULL));
+  CHECK_OK(sdalloc_malloc(pool, first_size, NULL, first));
+  memset(*first, 1, first_size);
+  CHECK_OK(sdalloc_free(pool, *first, NULL));
+  CHECK_OK(sdalloc_malloc(pool, 64 * KIB, NULL, second));
+  memset(*second, 2, 64 * KIB);
+  CHECK_OK(sdalloc_free(pool, *second, NULL));
+  CHECK_OK(sdalloc_pool_end_step(pool));
+}
+
+static void planned_pool_serves_repeated_steps_from_one_arena(void) {
+  g_test = "planned_pool_serves_repeated_steps_from_one_arena";
+  sdalloc_pool_t* pool = new_planned_pool();
+  sdalloc_step_stats_t steps;
+  memset(&steps, 0xCD, sizeof steps);
+  steps.struct_size = sizeof steps;
+  CHECK_OK(sdalloc_pool_step_stats(pool, &steps));
+  CHECK(!steps.has_plan && !steps.in_step && steps.recorded_steps == 0);
+
+  void* first = NULL;
+  void* second = NULL;
+  run_step(pool, 64 * KIB, &first, &second); /* recorded */
+  void* planned_first = NULL;
+  void* planned_second = NULL;
+  run_step(pool, 64 * KIB, &planned_first, &planned_second);
+  CHECK(planned_first == planned_second); /* one slot: their lifetimes do not meet */
+  void* again_first = NULL;
+  void* again_second = NULL;
+  run_step(pool, 64 * KIB, &again_first, &again_second);
+  CHECK(again_first == planned_first);
+
+  CHECK_OK(sdalloc_pool_step_stats(pool, &steps));
+  CHECK(steps.has_plan);
+  CHECK(steps.arena_bytes == 64 * KIB);
+  CHECK(steps.planned_events == 4);
+  CHECK(steps.recorded_steps == 1);
+  CHECK(steps.planned_steps == 2);
+  CHECK(steps.planned_allocations == 4);
+  CHECK(steps.recorded_allocations == 2);
+  CHECK(steps.divergent_steps == 0);
+
+  /* Another size leaves the plan: served by the caching pool, counted; two in a row replan. */
+  run_step(pool, 100 * KIB, &first, &second);
+  run_step(pool, 100 * KIB, &first, &second);
+  CHECK_OK(sdalloc_pool_step_stats(pool, &steps));
+  CHECK(steps.divergent_steps == 2);
+  CHECK(steps.replans == 1);
+  CHECK(!steps.has_plan);
+  run_step(pool, 100 * KIB, &first, &second);
+  CHECK_OK(sdalloc_pool_step_stats(pool, &steps));
+  CHECK(steps.has_plan && steps.arena_bytes == 100 * KIB);
+
+  sdalloc_stats_t stats;
+  stats.struct_size = sizeof stats;
+  CHECK_OK(sdalloc_pool_stats(pool, &stats));
+  CHECK(stats.live_bytes == 0);
+  size_t released = 0;
+  CHECK_OK(sdalloc_trim(pool, &released)); /* between steps the arena goes back too */
+  CHECK(released >= 100 * KIB);
+  sdalloc_pool_destroy(pool);
+}
+
+static void step_misuse_and_unplanned_pools_are_invalid_arguments(void) {
+  g_test = "step_misuse_and_unplanned_pools_are_invalid_arguments";
+  sdalloc_pool_t* plain = new_pool(0);
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_begin_step(plain, NULL));
+  CHECK_MESSAGE("not a planned pool");
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_end_step(plain));
+  sdalloc_step_stats_t steps;
+  steps.struct_size = sizeof steps;
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_step_stats(plain, &steps));
+  sdalloc_pool_destroy(plain);
+
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_begin_step(NULL, NULL));
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_end_step(NULL));
+  sdalloc_pool_t* pool = new_planned_pool();
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_end_step(pool));
+  CHECK_MESSAGE("without begin_step");
+  CHECK_OK(sdalloc_pool_begin_step(pool, NULL));
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_begin_step(pool, NULL));
+  CHECK_MESSAGE("in progress");
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_step_stats(pool, NULL));
+  steps.struct_size = 0;
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_step_stats(pool, &steps));
+  CHECK_MESSAGE("struct_size");
+  steps.struct_size = sizeof steps;
+  CHECK_OK(sdalloc_pool_step_stats(pool, &steps));
+  CHECK(steps.in_step); /* the failed calls changed nothing */
+  void* p = NULL;
+  CHECK_OK(sdalloc_malloc(pool, 4 * KIB, NULL, &p));
+  size_t size = 0;
+  CHECK_OK(sdalloc_allocation_size(pool, p, &size));
+  CHECK(size == 4 * KIB);
+  CHECK_OK(sdalloc_free(pool, p, NULL));
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_POINTER, sdalloc_free(pool, p, NULL)); /* double free */
+  CHECK_OK(sdalloc_pool_end_step(pool));
+  sdalloc_pool_destroy(pool);
+
+  sdalloc_pool_config_t config;
+  sdalloc_pool_config_init(&config);
+  config.planned = true;
+  config.replan_after_divergent_steps = 0;
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_create(&config, &pool));
+  CHECK_MESSAGE("replan_after_divergent_steps");
+  CHECK(pool == NULL);
 }
 
 /* ------------------------------------------------------------------ statistics */
@@ -835,6 +962,9 @@ int main(void) {
   record_stream_delays_nothing_on_host_and_frees_normally();
   streams_are_separate_shards();
   trim_releases_cached_segments();
+
+  planned_pool_serves_repeated_steps_from_one_arena();
+  step_misuse_and_unplanned_pools_are_invalid_arguments();
 
   stats_count_live_allocated_and_reserved_bytes();
   stats_require_a_known_struct_size();

@@ -9,15 +9,20 @@
 // Steps are marked by the caller: begin_step() ... end_step().
 //  - Without a plan, a step is recorded: its (rounded size, alignment) and the order of
 //    allocations and frees are noted. With record_through_upstream (the default) recorded
-//    allocations are blocks of the upstream resource itself; a freed one is kept for a later
-//    request of exactly its size (no new upstream call, no new page faults), and kept blocks
-//    go back to the upstream before it is asked for more than the step has had live at once.
-//    So the recording step never holds more than its own peak of live bytes (page rounding
-//    aside). Otherwise (false) the fallback CachingPool serves the recording. end_step() plans the
-//    recording (buffers live at end_step() live to the end of the step), returns what the
-//    fallback pool has cached (trim), reserves ONE arena of the plan's size from the upstream
-//    resource, and the next step is served from it. A step with no allocations plans
-//    nothing; the next step records again.
+//    allocations are blocks of the upstream resource itself; a freed one is cached for a
+//    later request of exactly its size (no new upstream call, no new page faults), and cached
+//    blocks go back to the upstream before it is asked for more than the step has had live at
+//    once. So the recording step never holds more than its own peak of live bytes (page
+//    rounding aside). Otherwise (false) the fallback CachingPool serves the recording.
+//    end_step() plans the recording, returns what the fallback pool has cached (trim),
+//    reserves ONE arena of the plan's size from the upstream resource, and the next step is
+//    served from it. A step with no allocations for the arena plans nothing; the next step
+//    records again.
+//  - Kept buffers: an allocation still live at the recording's end_step() is the loop's
+//    carried state (the next step's latents, freed during the next step). The plan serves
+//    it, in later steps, from the fallback pool (counted in kept_allocations), not from the
+//    arena: so every step begins with the arena empty, and its free - whenever it comes -
+//    is not an event of the plan.
 //  - In a planned step, the step follows the plan while each allocation and each free of an
 //    arena pointer is exactly the next event of the recording (an allocation: same size
 //    after rounding to CachingPool::kRounding and same alignment; a free: the buffer the
@@ -32,17 +37,25 @@
 //    soon as none of its memory is live.
 // Allocations outside a step go to the fallback pool and are not recorded.
 //
+// Memory the caller gives back: free(ptr, stream) needs no byte count (the C API and the
+// PyTorch shim free that way); trim() returns the fallback pool's cache and, between steps,
+// the arena itself when none of its memory is live - the plan stays, and the next
+// begin_step() reserves the arena again (an inference pipeline can hand the denoiser's
+// arena to its next stage, as torch.cuda.empty_cache() hands over a cache).
+//
 // Why this is safe: while a step follows the recording event for event, the set of live
 // arena buffers is exactly the set the recording had live at that position, and the plan
 // gives buffers whose lifetimes intersect disjoint bytes. So a slot is never handed out while
 // its previous occupant is live. Once a step diverges no arena memory is handed out until the
 // next step, which starts with the arena empty.
 //
-// Streams: a plan is the sequence of one stream (options.plan_stream). Requests on any other
-// stream go straight to the fallback pool and are neither recorded nor checked. Arena memory
-// is reused at once on the plan stream, so it must be freed on the plan stream (a free on
-// another stream is accepted but makes the step divergent; the caller promises, as for any
-// resource, that the work using the memory is ordered before the plan stream's next step).
+// Streams: a plan is the sequence of one stream: options.plan_stream, or the stream given to
+// begin_step(stream) when a step is recorded. Requests on any other stream go straight to
+// the fallback pool and are neither recorded nor checked; a step begun on another stream
+// than its plan's is divergent. Arena memory is reused at once on the plan stream. Memory
+// also used by other streams - freed on another stream, or named in record_stream() - makes
+// its step divergent, and its slot is not reused before those streams' work, as of the
+// free, has completed (options.fallback.stream_events; begin_step() waits for it).
 //
 // Thread-safety: all members may be called concurrently. One mutex guards the recording, the
 // plan and the arena's bookkeeping; plan-stream requests and every free take it. Requests on
@@ -52,8 +65,10 @@
 // alignments as CachingPool (OutOfMemory above kMaxAllocation, InvalidArgument for a bad
 // alignment); a free of a pointer that is not live here -> InvalidPointer; a free with
 // another byte count -> InvalidArgument; begin_step() inside a step or end_step() outside
-// one -> InvalidArgument. If the arena cannot be reserved at end_step() (OutOfMemory
-// upstream) the plan is discarded, counted in arena_failures, and the next step records.
+// one -> InvalidArgument; record_stream() or allocation_size() of a pointer that is not
+// live here -> InvalidPointer. If the arena cannot be reserved at end_step() or again at
+// begin_step() after a trim (OutOfMemory upstream) the plan is discarded, counted in
+// arena_failures, and the next step records.
 #pragma once
 
 #include <cstddef>
@@ -62,6 +77,7 @@
 #include <string>
 
 #include "sdalloc/caching_pool.hpp"
+#include "sdalloc/pool_layout.hpp"
 #include "sdalloc/pool_stats.hpp"
 #include "sdalloc/resource.hpp"
 #include "sdalloc/stream.hpp"
@@ -89,6 +105,7 @@ struct PlannedArenaOptions {
 
 struct PlannedArenaCounters {
   std::uint64_t planned_allocations = 0;   // served from an arena
+  std::uint64_t kept_allocations = 0;      // planned, but kept past the step: fallback pool
   std::uint64_t fallback_allocations = 0;  // served by the fallback pool (all streams)
   std::uint64_t recorded_allocations = 0;  // allocations of recorded steps (any source)
   std::uint64_t recorded_steps = 0;        // steps recorded (each produced a plan or nothing)
@@ -109,8 +126,21 @@ class PlannedArena final : public MemoryResource {
   // Like allocate(bytes, stream) with a stricter alignment (rules as CachingPool).
   void* allocate(std::size_t bytes, std::size_t alignment, Stream stream);
 
+  // Frees without the byte count (rules and errors as deallocate otherwise).
+  void free(void* ptr, Stream stream = kDefaultStream);
+  // The byte count asked for by the live allocation ptr; InvalidPointer otherwise.
+  std::size_t allocation_size(const void* ptr) const;
+  // Declares that work on `stream` also uses the live allocation ptr (PyTorch's
+  // record_stream); see Streams above.
+  void record_stream(void* ptr, Stream stream);
+
+  // begin_step() keeps the plan stream; begin_step(stream) records on `stream` when no plan
+  // exists, and is divergent when the plan belongs to another stream.
   void begin_step();
+  void begin_step(Stream stream);
   void end_step();
+  bool in_step() const;
+  Stream plan_stream() const;
 
   bool has_plan() const;
   // Bytes the current plan needs (0 without a plan); the arena reserved may be slightly
@@ -122,6 +152,12 @@ class PlannedArena final : public MemoryResource {
   // Arena and fallback pool together: reserved includes the arena(s); current figures are
   // exact; peaks are the sum of the arena's and the pool's peaks (an upper bound).
   PoolStats stats() const;
+  void reset_peak();
+  // Bytes given back to the upstream (see "Memory the caller gives back" above).
+  std::size_t trim();
+  // The fallback pool's segments, each arena as one segment (its live buffers as blocks,
+  // the rest free), and each direct block of a recording as a segment of its own.
+  PoolLayout layout() const;
   PlannedArenaCounters counters() const;
   CachingPool& fallback_pool();
 

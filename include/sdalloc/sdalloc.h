@@ -149,6 +149,18 @@ typedef struct sdalloc_pool_config_t {
    * segments, replace them with one arena of its peak size, so a repeated loop stops
    * releasing and re-taking memory. Default true. */
   bool consolidate_when_empty;
+  /* Planned pools (below): divergent steps in a row after which the plan is dropped and
+   * the next step is recorded again. At least 1. Default 3. */
+  size_t replan_after_divergent_steps;
+  /* Serve a repeated step (one iteration of a denoising loop) from one planned arena: the
+   * pool records the allocations made between sdalloc_pool_begin_step and
+   * sdalloc_pool_end_step once, plans every buffer an offset in one arena as small as the
+   * step's peak of live bytes allows, and serves later steps from it by position (see
+   * PlannedArena in sdalloc/planned_arena.hpp). Allocations outside steps, on other streams,
+   * or after a step left the recorded sequence come from the caching pool configured above.
+   * Default false. (It follows replan_after_divergent_steps so that it lies past the first
+   * version's trailing padding, which callers of that version did not always zero.) */
+  bool planned;
 } sdalloc_pool_config_t;
 
 /* Fills *config with the defaults and sets struct_size. Does nothing if config is NULL.
@@ -209,6 +221,46 @@ SDALLOC_API sdalloc_status_t sdalloc_allocation_size(sdalloc_pool_t* pool, const
  * after waiting for pending cross-stream frees, and stores the bytes released in *released
  * (optional: may be NULL). Errors: INVALID_ARGUMENT (NULL pool). */
 SDALLOC_API sdalloc_status_t sdalloc_trim(sdalloc_pool_t* pool, size_t* released) SDALLOC_NOEXCEPT;
+
+/* ===================================================================== steps */
+
+/* Planned pools only (config.planned, or the PyTorch shim's mode:planned). Marks the start
+ * of a step whose allocations on `stream` follow the plan (the first step is recorded). A
+ * plan recorded on another stream makes this step divergent: it is served by the caching
+ * pool and counted, and enough such steps re-record on the new stream.
+ * Errors: INVALID_ARGUMENT for a NULL pool, a pool that is not planned, or a step already in
+ * progress (nothing changes). */
+SDALLOC_API sdalloc_status_t sdalloc_pool_begin_step(sdalloc_pool_t* pool,
+                                                     sdalloc_stream_t stream) SDALLOC_NOEXCEPT;
+
+/* Ends the step begun by sdalloc_pool_begin_step. After a recorded step this plans it and
+ * reserves the arena (its cost is paid here, once). Buffers still live now may stay live;
+ * the plan serves them from the caching pool in later steps. Errors: INVALID_ARGUMENT for a
+ * NULL pool, a pool that is not planned, or no step in progress. */
+SDALLOC_API sdalloc_status_t sdalloc_pool_end_step(sdalloc_pool_t* pool) SDALLOC_NOEXCEPT;
+
+/* What a planned pool has done with its steps. Set struct_size before the call. */
+typedef struct sdalloc_step_stats_t {
+  size_t struct_size;            /* set by the caller: sizeof(sdalloc_step_stats_t) */
+  bool has_plan;                 /* a plan exists: the next step is served from it */
+  bool in_step;                  /* between begin_step and end_step now */
+  size_t arena_bytes;            /* the plan's arena size (0 without a plan) */
+  size_t planned_events;         /* allocations and frees in the plan's recording */
+  uint64_t planned_allocations;  /* served from an arena */
+  uint64_t kept_allocations;     /* planned, but kept past end_step: from the caching pool */
+  uint64_t fallback_allocations; /* served by the caching pool otherwise */
+  uint64_t recorded_allocations; /* made in recorded steps */
+  uint64_t recorded_steps;
+  uint64_t planned_steps;        /* steps begun with a plan */
+  uint64_t divergent_steps;      /* planned steps that left the recorded sequence */
+  uint64_t replans;              /* plans dropped after too many divergent steps */
+  uint64_t arena_failures;       /* plans dropped because the arena could not be reserved */
+} sdalloc_step_stats_t;
+
+/* Fills *stats. Errors: INVALID_ARGUMENT for a NULL pool or stats, a struct_size this
+ * library does not know, or a pool that is not planned. */
+SDALLOC_API sdalloc_status_t sdalloc_pool_step_stats(sdalloc_pool_t* pool,
+                                                     sdalloc_step_stats_t* stats) SDALLOC_NOEXCEPT;
 
 /* ===================================================================== statistics */
 

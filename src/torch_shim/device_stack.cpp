@@ -64,6 +64,14 @@ std::unique_ptr<sdalloc_pool> finish(const ShimConfig& config, Stack stack,
                                      std::unique_ptr<StreamEvents> events, std::size_t total) {
   const std::size_t cap = cap_for(config, config.memory_fraction, total);
   stack.push_back(std::make_unique<AdjustableLimitResource>(*stack.back(), cap));
+  if (config.mode == Mode::kPlanned) {
+    PlannedArenaOptions options;
+    options.replan_after_divergent_steps = config.replan_after;
+    options.fallback = config.pool;
+    // Host arenas are faulted in when reserved, so a planned step does not pay it.
+    options.prefault_host_arena = config.backend == Backend::kHost;
+    return std::make_unique<sdalloc_pool>(std::move(stack), std::move(events), options);
+  }
   return std::make_unique<sdalloc_pool>(std::move(stack), std::move(events), config.pool);
 }
 
@@ -76,6 +84,7 @@ std::unique_ptr<sdalloc_pool> make_cuda_pool(const ShimConfig& config, int devic
   Stack stack;
   switch (config.mode) {
     case Mode::kPool:
+    case Mode::kPlanned:
       stack.push_back(std::make_unique<cuda::CudaResource>(device));
       break;
     case Mode::kAsync:

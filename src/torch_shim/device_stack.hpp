@@ -5,6 +5,8 @@
 //                                    <- HostResource | CudaResource | CudaAsyncResource
 //     mode:vmm           VirtualMemoryPool (physical cap = capacity, memory_fraction)
 //                                    <- HostVirtualMemory | CudaVirtualMemory
+//     mode:planned       PlannedArena (fallback: CachingPool with the pool options)
+//                                    <- AdjustableLimitResource <- HostResource | CudaResource
 // with CudaStreamEvents for cross-stream frees on CUDA. The result is a C API pool handle
 // (c_pool.hpp), so every sdalloc_* function works on it. limit_of() finds the adjustable
 // limit for set_memory_fraction (none in a virtual-memory pool, whose cap is fixed).

@@ -39,6 +39,15 @@ double parse_fraction(std::string_view pair, std::string_view value) {
   return fraction;
 }
 
+std::size_t parse_count(std::string_view pair, std::string_view value) {
+  std::size_t count = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), count);
+  if (error != std::errc() || end != value.data() + value.size() || count == 0) {
+    bad(pair, "replan_after must be a whole number >= 1, got '" + std::string(value) + "'");
+  }
+  return count;
+}
+
 std::string size_text(std::size_t bytes) {
   constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int unit = 0;
@@ -110,13 +119,17 @@ ShimConfig parse_shim_config(std::string_view text) {
           config.mode = Mode::kAsync;
         } else if (value == "vmm") {
           config.mode = Mode::kVmm;
+        } else if (value == "planned") {
+          config.mode = Mode::kPlanned;
         } else {
-          bad(pair, "mode must be pool, async or vmm");
+          bad(pair, "mode must be pool, async, vmm or planned");
         }
       } else if (key == "capacity") {
         config.capacity = parse_size(value);
       } else if (key == "memory_fraction") {
         config.memory_fraction = parse_fraction(pair, value);
+      } else if (key == "replan_after") {
+        config.replan_after = parse_count(pair, value);
       } else if (key == "granularity") {
         config.pool.segment_granularity = parse_size(value);
       } else if (key == "min_segment") {
@@ -131,8 +144,8 @@ ShimConfig parse_shim_config(std::string_view text) {
         config.pool.consolidate_when_empty = parse_bool(pair, value);
       } else {
         bad(pair, "unknown key '" + std::string(key) +
-                      "' (known: backend, mode, capacity, memory_fraction, granularity, "
-                      "min_segment, huge_threshold, initial_reservation, "
+                      "' (known: backend, mode, capacity, memory_fraction, replan_after, "
+                      "granularity, min_segment, huge_threshold, initial_reservation, "
                       "release_before_growth, consolidate)");
       }
     } catch (const InvalidArgument& e) {
@@ -169,9 +182,20 @@ ShimConfig parse_shim_config(std::string_view text) {
 std::string format_shim_config(const ShimConfig& c) {
   std::string text;
   text += c.backend == Backend::kCuda ? "backend:cuda" : "backend:host";
-  text += c.mode == Mode::kPool    ? ",mode:pool"
-          : c.mode == Mode::kAsync ? ",mode:async"
-                                   : ",mode:vmm";
+  switch (c.mode) {
+    case Mode::kPool:
+      text += ",mode:pool";
+      break;
+    case Mode::kAsync:
+      text += ",mode:async";
+      break;
+    case Mode::kVmm:
+      text += ",mode:vmm";
+      break;
+    case Mode::kPlanned:
+      text += ",mode:planned";
+      break;
+  }
   text += ",capacity:" + size_text(c.capacity);
   if (c.memory_fraction > 0.0) {
     char fraction[32];
@@ -179,6 +203,7 @@ std::string format_shim_config(const ShimConfig& c) {
     text += ",memory_fraction:";
     text += fraction;
   }
+  text += ",replan_after:" + std::to_string(c.replan_after);
   text += ",granularity:" + size_text(c.pool.segment_granularity);
   text += ",min_segment:" + size_text(c.pool.min_segment_size);
   text += ",huge_threshold:" + size_text(c.pool.huge_threshold);

@@ -19,7 +19,7 @@
 namespace sdalloc::torch_shim {
 
 enum class Backend { kCuda, kHost };
-enum class Mode { kPool, kAsync, kVmm };
+enum class Mode { kPool, kAsync, kVmm, kPlanned };
 
 struct ShimConfig {
   Backend backend = Backend::kCuda;
@@ -27,6 +27,7 @@ struct ShimConfig {
   std::size_t capacity = 0;      // per-device cap in bytes; 0: none
   double memory_fraction = 0.0;  // of the device's memory (host: of capacity); 0: none
   CachingPoolOptions pool;       // granularity, segments, growth policy
+  std::size_t replan_after = 3;  // mode:planned: divergent steps in a row before re-recording
 };
 
 // Throws InvalidArgument as described above; checks the pool options too.
