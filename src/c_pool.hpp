@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -53,70 +54,48 @@ class HandlePool {
   }
 };
 
-class CachingHandlePool final : public HandlePool {
+// The one HandlePool: it forwards to a CachingPool, a PlannedArena or a VirtualMemoryPool,
+// and answers InvalidArgument for what the pool type cannot do.
+template <typename Pool>
+class HandlePoolOf final : public HandlePool {
  public:
-  CachingHandlePool(MemoryResource& upstream, const CachingPoolOptions& options)
-      : pool_(upstream, options) {}
+  template <typename... Args>
+  explicit HandlePoolOf(Args&&... args) : pool_(std::forward<Args>(args)...) {}
+
   void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) override {
     return pool_.allocate(bytes, alignment, stream);
   }
   void free(void* ptr, Stream stream) override { pool_.free(ptr, stream); }
-  void record_stream(void* ptr, Stream stream) override { pool_.record_stream(ptr, stream); }
-  std::size_t allocation_size(const void* ptr) const override { return pool_.allocation_size(ptr); }
-  std::size_t trim() override { return pool_.trim(); }
-  PoolStats stats() const override { return pool_.stats(); }
-  void reset_peak() override { pool_.reset_peak(); }
-  PoolLayout layout() const override { return pool_.layout(); }
-
- private:
-  CachingPool pool_;
-};
-
-class PlannedHandlePool final : public HandlePool {
- public:
-  PlannedHandlePool(MemoryResource& upstream, const PlannedArenaOptions& options)
-      : arena_(upstream, options) {}
-  void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) override {
-    return arena_.allocate(bytes, alignment, stream);
-  }
-  void free(void* ptr, Stream stream) override { arena_.free(ptr, stream); }
-  void record_stream(void* ptr, Stream stream) override { arena_.record_stream(ptr, stream); }
-  std::size_t allocation_size(const void* ptr) const override {
-    return arena_.allocation_size(ptr);
-  }
-  std::size_t trim() override { return arena_.trim(); }
-  PoolStats stats() const override { return arena_.stats(); }
-  void reset_peak() override { arena_.reset_peak(); }
-  PoolLayout layout() const override { return arena_.layout(); }
-  PlannedArena& planned() override { return arena_; }
-
- private:
-  PlannedArena arena_;
-};
-
-class VirtualMemoryHandlePool final : public HandlePool {
- public:
-  VirtualMemoryHandlePool(VirtualMemory& memory, const VirtualMemoryPoolOptions& options)
-      : pool_(memory, options) {}
-  void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) override {
-    return pool_.allocate(bytes, alignment, stream);
-  }
-  void free(void* ptr, Stream stream) override { pool_.free(ptr, stream); }
-  void record_stream(void* /*ptr*/, Stream /*stream*/) override {
-    throw InvalidArgument("record_stream is not supported by a virtual-memory pool (mode:vmm)");
+  void record_stream(void* ptr, Stream stream) override {
+    if constexpr (requires { pool_.record_stream(ptr, stream); }) {
+      pool_.record_stream(ptr, stream);
+    } else {
+      throw InvalidArgument("record_stream is not supported by a virtual-memory pool (mode:vmm)");
+    }
   }
   std::size_t allocation_size(const void* ptr) const override { return pool_.allocation_size(ptr); }
   std::size_t trim() override { return pool_.trim(); }
   PoolStats stats() const override { return pool_.stats(); }
   void reset_peak() override { pool_.reset_peak(); }
   PoolLayout layout() const override {
-    throw InvalidArgument(
-        "a virtual-memory pool (mode:vmm) has no segment layout: its memory is pages mapped "
-        "into reserved ranges (use the statistics instead)");
+    if constexpr (requires { pool_.layout(); }) {
+      return pool_.layout();
+    } else {
+      throw InvalidArgument(
+          "a virtual-memory pool (mode:vmm) has no segment layout: its memory is pages mapped "
+          "into reserved ranges (use the statistics instead)");
+    }
+  }
+  PlannedArena& planned() override {
+    if constexpr (std::is_same_v<Pool, PlannedArena>) {
+      return pool_;
+    } else {
+      return HandlePool::planned();  // throws
+    }
   }
 
  private:
-  VirtualMemoryPool pool_;
+  Pool pool_;
 };
 
 }  // namespace sdalloc::detail
@@ -129,7 +108,7 @@ struct sdalloc_pool {
                sdalloc::CachingPoolOptions options)
       : resources(std::move(stack)), events(std::move(stream_events)) {
     options.stream_events = events.get();
-    pool = std::make_unique<sdalloc::detail::CachingHandlePool>(*resources.back(), options);
+    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::CachingPool>>(*resources.back(), options);
   }
   // A PlannedArena on stack.back(); its fallback pool uses `stream_events`.
   sdalloc_pool(std::vector<std::unique_ptr<sdalloc::MemoryResource>> stack,
@@ -137,7 +116,7 @@ struct sdalloc_pool {
                sdalloc::PlannedArenaOptions options)
       : resources(std::move(stack)), events(std::move(stream_events)) {
     options.fallback.stream_events = events.get();
-    pool = std::make_unique<sdalloc::detail::PlannedHandlePool>(*resources.back(), options);
+    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::PlannedArena>>(*resources.back(), options);
   }
   // A VirtualMemoryPool over `memory`.
   sdalloc_pool(std::unique_ptr<sdalloc::VirtualMemory> memory,
@@ -145,7 +124,7 @@ struct sdalloc_pool {
                sdalloc::VirtualMemoryPoolOptions options)
       : virtual_memory(std::move(memory)), events(std::move(stream_events)) {
     options.stream_events = events.get();
-    pool = std::make_unique<sdalloc::detail::VirtualMemoryHandlePool>(*virtual_memory, options);
+    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::VirtualMemoryPool>>(*virtual_memory, options);
   }
   sdalloc_pool(const sdalloc_pool&) = delete;
   sdalloc_pool& operator=(const sdalloc_pool&) = delete;

@@ -131,12 +131,19 @@ TEST(PlannedArenaPipeline, ArenaRefusedAfterTrimDropsThePlanAndTheStepRecords) {
   arena.free(latents);
 }
 
-TEST(PlannedArenaPipeline, ArenaMemoryUsedByAnotherStreamIsNotReusedBeforeThatStreamIsDone) {
+// A PlannedArena whose streams' work completes only when the test says so.
+struct ArenaWithControlledStreams : ::testing::Test {
+  static PlannedArenaOptions options_with(StreamEvents& events) {
+    PlannedArenaOptions options;
+    options.fallback.stream_events = &events;
+    return options;
+  }
   conformance::ControlledStreamEvents events;
   HostResource host;
-  PlannedArenaOptions options;
-  options.fallback.stream_events = &events;
-  PlannedArena arena(host, options);
+  PlannedArena arena{host, options_with(events)};
+};
+
+TEST_F(ArenaWithControlledStreams, ArenaMemoryUsedByAnotherStreamIsNotReusedBeforeItsWorkIsDone) {
   const auto step = [&](bool share) {
     arena.begin_step();
     void* a = arena.allocate(64 * kKiB);
@@ -164,12 +171,7 @@ TEST(PlannedArenaPipeline, ArenaMemoryUsedByAnotherStreamIsNotReusedBeforeThatSt
   EXPECT_EQ(events.misuses(), 0u);
 }
 
-TEST(PlannedArenaPipeline, RecordStreamDuringTheRecordingWaitsAtTheFree) {
-  conformance::ControlledStreamEvents events;
-  HostResource host;
-  PlannedArenaOptions options;
-  options.fallback.stream_events = &events;
-  PlannedArena arena(host, options);
+TEST_F(ArenaWithControlledStreams, RecordStreamDuringTheRecordingWaitsAtTheFree) {
   arena.begin_step();
   void* a = arena.allocate(8 * kKiB);
   arena.record_stream(a, Stream(4));

@@ -73,7 +73,8 @@ class PlannedTarget final : public ReplayTarget {
   std::uint64_t peak_reserved_bytes() const override { return memory_.peak(); }
   std::string counters() const override {
     const PlannedArenaCounters c = arena_.counters();
-    return "planned " + std::to_string(c.planned_allocations) + ", recorded " +
+    return "planned " + std::to_string(c.planned_allocations) + ", kept " +
+           std::to_string(c.kept_allocations) + ", recorded " +
            std::to_string(c.recorded_allocations) + ", fallback " +
            std::to_string(c.fallback_allocations) + ", divergent steps " +
            std::to_string(c.divergent_steps);
