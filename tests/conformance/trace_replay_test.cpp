@@ -14,9 +14,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 
 #include "conformance/resource_configurations.hpp"
+#include "conformance/trace_replay.hpp"
 #include "sdalloc/caching_pool.hpp"
 #include "sdalloc/errors.hpp"
 #include "sdalloc/event_trace.hpp"
@@ -34,35 +34,6 @@ const EventTrace& sd15_trace() {
   static const EventTrace trace =
       read_event_trace(SDALLOC_DATA_DIR "/traces/sd15_unet_b2_64x64_cpu_2pass.csv");
   return trace;
-}
-
-// Replays every event through `pool`, checking the invariants now and then. Fails (and
-// stops) at the first event the pool refuses.
-::testing::AssertionResult replay(const EventTrace& trace, CachingPool& pool) {
-  std::unordered_map<std::uint64_t, void*> live;  // trace id -> pointer
-  std::size_t index = 0;
-  for (const TraceEvent& event : trace.events) {
-    const Stream stream{static_cast<std::uintptr_t>(event.stream)};
-    try {
-      if (event.op == TraceEvent::Op::kAlloc) {
-        live[event.id] = pool.allocate(static_cast<std::size_t>(event.size), stream);
-      } else {
-        auto it = live.find(event.id);
-        if (it == live.end()) {
-          return ::testing::AssertionFailure() << "event " << index << " frees unknown id";
-        }
-        pool.deallocate(it->second, static_cast<std::size_t>(event.size), stream);
-        live.erase(it);
-      }
-    } catch (const Error& e) {
-      return ::testing::AssertionFailure()
-             << "event " << index << " (" << (event.op == TraceEvent::Op::kAlloc ? "a" : "f") << ","
-             << event.id << "," << event.size << "): " << e.what();
-    }
-    if (++index % 1024 == 0) pool.check_invariants();
-  }
-  for (const auto& [id, ptr] : live) pool.free(ptr);
-  return ::testing::AssertionSuccess();
 }
 
 TEST(TraceReplay, BundledTraceHasTheKnownPeak) {

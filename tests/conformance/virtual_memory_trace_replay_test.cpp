@@ -14,19 +14,18 @@
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
-#include <cstdint>
 #include <filesystem>
 #include <iostream>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "conformance/trace_replay.hpp"
 #include "sdalloc/errors.hpp"
 #include "sdalloc/event_trace.hpp"
 #include "sdalloc/host_virtual_memory.hpp"
 #include "sdalloc/virtual_memory_pool.hpp"
 
-namespace sdalloc {
+namespace sdalloc::conformance {
 namespace {
 
 constexpr double kMaxPeakRatio = 1.05;
@@ -38,35 +37,6 @@ std::vector<std::string> bundled_traces() {
   }
   std::sort(paths.begin(), paths.end());
   return paths;
-}
-
-// Replays every event through `pool`, checking the invariants now and then. Fails (and
-// stops) at the first event the pool refuses.
-::testing::AssertionResult replay(const EventTrace& trace, VirtualMemoryPool& pool) {
-  std::unordered_map<std::uint64_t, void*> live;  // trace id -> pointer
-  std::size_t index = 0;
-  for (const TraceEvent& event : trace.events) {
-    const Stream stream{static_cast<std::uintptr_t>(event.stream)};
-    try {
-      if (event.op == TraceEvent::Op::kAlloc) {
-        live[event.id] = pool.allocate(static_cast<std::size_t>(event.size), stream);
-      } else {
-        auto it = live.find(event.id);
-        if (it == live.end()) {
-          return ::testing::AssertionFailure() << "event " << index << " frees unknown id";
-        }
-        pool.deallocate(it->second, static_cast<std::size_t>(event.size), stream);
-        live.erase(it);
-      }
-    } catch (const Error& e) {
-      return ::testing::AssertionFailure()
-             << "event " << index << " (" << (event.op == TraceEvent::Op::kAlloc ? "a" : "f")
-             << "," << event.id << "," << event.size << "): " << e.what();
-    }
-    if (++index % 1024 == 0) pool.check_invariants();
-  }
-  for (const auto& [id, ptr] : live) pool.free(ptr);
-  return ::testing::AssertionSuccess();
 }
 
 double ratio(std::size_t a, std::size_t b) {
@@ -88,8 +58,8 @@ TEST_P(VirtualMemoryTraceReplay, PeakMappedStaysWithinFivePercentOfPeakLive) {
   std::cout << std::filesystem::path(GetParam()).filename().string() << ": peak live "
             << s.peak_live_bytes << ", peak mapped " << s.peak_mapped_bytes << " (" << mapped
             << "), peak physical " << s.peak_physical_bytes << " (" << physical << "), maps "
-            << s.maps << ", unmaps " << s.unmaps << ", creates " << s.creates
-            << ", remapped pages " << s.remapped_pages << "\n";
+            << s.maps << ", unmaps " << s.unmaps << ", creates " << s.creates << ", remapped pages "
+            << s.remapped_pages << "\n";
   RecordProperty("peak_mapped_ratio", std::to_string(mapped));
   EXPECT_LE(mapped, kMaxPeakRatio);
   EXPECT_LE(physical, kMaxPeakRatio);
@@ -124,4 +94,4 @@ INSTANTIATE_TEST_SUITE_P(BundledTraces, VirtualMemoryTraceReplay,
                          });
 
 }  // namespace
-}  // namespace sdalloc
+}  // namespace sdalloc::conformance

@@ -1,0 +1,69 @@
+// trace_replay.hpp - replays a recorded allocation trace through a pool: the step the trace
+// acceptance tests share (trace_replay_test.cpp for CachingPool,
+// virtual_memory_trace_replay_test.cpp for VirtualMemoryPool), written once for any pool.
+//
+// replay(trace, pool) checks, and reports as a gtest AssertionResult:
+//  - the pool serves every allocation and takes back every free, in the trace's order and on
+//    the trace's streams; the first sdalloc::Error it raises fails the replay, naming the
+//    event (index, op, id, size) and the error's message;
+//  - the trace frees only ids it has allocated (a free of an unknown id fails the replay);
+//  - the pool's check_invariants() holds every 1024 events (when it does not, its exception
+//    leaves replay() and gtest fails the test).
+// It stops at the first failure, leaving what it had allocated in the pool; on success it
+// frees what the trace left live, so the pool ends with no live bytes. The memory is never
+// touched. The pool's statistics are the caller's to check afterwards.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+
+#include "sdalloc/errors.hpp"
+#include "sdalloc/event_trace.hpp"
+#include "sdalloc/stream.hpp"
+
+namespace sdalloc::conformance {
+
+// What replay() calls on a pool: CachingPool and VirtualMemoryPool both qualify.
+template <typename Pool>
+concept ReplayablePool = requires(Pool& pool, void* ptr, std::size_t bytes, Stream stream) {
+  { pool.allocate(bytes, stream) } -> std::same_as<void*>;
+  pool.deallocate(ptr, bytes, stream);
+  pool.free(ptr);
+  pool.check_invariants();
+};
+
+// Replays every event through `pool`, checking the invariants now and then. Fails (and
+// stops) at the first event the pool refuses.
+template <ReplayablePool Pool>
+::testing::AssertionResult replay(const EventTrace& trace, Pool& pool) {
+  std::unordered_map<std::uint64_t, void*> live;  // trace id -> pointer
+  std::size_t index = 0;
+  for (const TraceEvent& event : trace.events) {
+    const Stream stream{static_cast<std::uintptr_t>(event.stream)};
+    try {
+      if (event.op == TraceEvent::Op::kAlloc) {
+        live[event.id] = pool.allocate(static_cast<std::size_t>(event.size), stream);
+      } else {
+        auto it = live.find(event.id);
+        if (it == live.end()) {
+          return ::testing::AssertionFailure() << "event " << index << " frees unknown id";
+        }
+        pool.deallocate(it->second, static_cast<std::size_t>(event.size), stream);
+        live.erase(it);
+      }
+    } catch (const Error& e) {
+      return ::testing::AssertionFailure()
+             << "event " << index << " (" << (event.op == TraceEvent::Op::kAlloc ? "a" : "f") << ","
+             << event.id << "," << event.size << "): " << e.what();
+    }
+    if (++index % 1024 == 0) pool.check_invariants();
+  }
+  for (const auto& [id, ptr] : live) pool.free(ptr);
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace sdalloc::conformance
