@@ -6,7 +6,8 @@
 #   3. runs a PyTorch inference workload (scripts/gpu_workload.py: UNet-like model, random
 #      weights, fp16, several iterations, two input shapes), each configuration in a fresh
 #      process: PyTorch's native allocator, expandable_segments:True, backend:cudaMallocAsync,
-#      and sdalloc in each of its modes,
+#      and sdalloc in each of its modes (sdalloc-planned: each iteration one step of the
+#      planned pool; the table notes where its allocations were served),
 #   4. prints one table (peak reserved, peak allocated, time per iteration) and the verdicts
 #      of the bars (sdalloc below native, <= expandable, <= 1.05 x its time).
 # Designed to finish in under 8 minutes on one H200-class GPU; every step has a timeout and
@@ -19,12 +20,15 @@
 #   --build-dir DIR build tree (default: build/gpu-check)
 #   --skip-build    use the build tree as it is (its libraries must exist)
 #   --configs LIST  comma-separated subset of: native,expandable,async,sdalloc-pool,
-#                   sdalloc-async,sdalloc-vmm (default: all)
+#                   sdalloc-async,sdalloc-vmm,sdalloc-planned (default: all)
 #   --iterations N  timed iterations per configuration (default 6, after 2 warm-up ones)
 #   --strict        exit 1 when a bar is missed (a failed step always exits 1)
 #   --dry-run       print the steps that would run, run nothing
 #   --cpu-smoke     no build, no GPU: run the workload's tiny CPU version for each
-#                   configuration and print the table (checks this script end to end)
+#                   configuration and print the table (checks this script end to end);
+#                   sdalloc-planned then steps a host pool of libsdalloc_torch.so, found
+#                   through --build-dir if given, else SDALLOC_LIBRARY_DIR or the package's
+#                   default search (the source tree's build*/ directories)
 # Environment: PYTHON (default python3) - the interpreter that has torch;
 #              SDALLOC_GPU_CHECK_RUN_TIMEOUT (default 150) - seconds per workload run.
 set -euo pipefail
@@ -33,12 +37,13 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 python=${PYTHON:-python3}
 out_dir=""
 build_dir="$root/build/gpu-check"
+build_dir_given=0
 skip_build=0
 dry_run=0
 cpu_smoke=0
 strict=0
 iterations=6
-configs="native,expandable,async,sdalloc-pool,sdalloc-async,sdalloc-vmm"
+configs="native,expandable,async,sdalloc-pool,sdalloc-async,sdalloc-vmm,sdalloc-planned"
 run_timeout=${SDALLOC_GPU_CHECK_RUN_TIMEOUT:-150}
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
@@ -47,7 +52,8 @@ die() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out) [[ $# -ge 2 ]] || die "--out needs a directory"; out_dir=$2; shift 2 ;;
-    --build-dir) [[ $# -ge 2 ]] || die "--build-dir needs a directory"; build_dir=$2; shift 2 ;;
+    --build-dir) [[ $# -ge 2 ]] || die "--build-dir needs a directory"; build_dir=$2
+                 build_dir_given=1; shift 2 ;;
     --configs) [[ $# -ge 2 ]] || die "--configs needs a list"; configs=$2; shift 2 ;;
     --iterations)
       [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || die "--iterations needs a positive integer"
@@ -61,7 +67,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-known=" native expandable async sdalloc-pool sdalloc-async sdalloc-vmm "
+known=" native expandable async sdalloc-pool sdalloc-async sdalloc-vmm sdalloc-planned "
 IFS=',' read -r -a config_list <<< "$configs"
 [[ ${#config_list[@]} -gt 0 ]] || die "--configs is empty"
 for c in "${config_list[@]}"; do
@@ -138,7 +144,10 @@ fi
 
 # --- 3. the workload under each allocator --------------------------------------------------
 step "PyTorch workload: ${config_list[*]}"
-export SDALLOC_LIBRARY_DIR="$build_dir/src"
+# The CPU smoke builds nothing: unless a build tree was named, the caller's libraries stay.
+if [[ $cpu_smoke == 0 || $build_dir_given == 1 ]]; then
+  export SDALLOC_LIBRARY_DIR="$build_dir/src"
+fi
 export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
 smoke=()
 [[ $cpu_smoke == 1 ]] && smoke=(--cpu-smoke --iterations 1 --warmup 0 --steps 1)

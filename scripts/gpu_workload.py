@@ -12,9 +12,15 @@ process cannot change its CUDA allocator after the first allocation.
         sdalloc-pool sdalloc via sdalloc.torch.install(mode="pool")
         sdalloc-async sdalloc via sdalloc.torch.install(mode="async")
         sdalloc-vmm  sdalloc via sdalloc.torch.install(mode="vmm")
+        sdalloc-planned sdalloc via sdalloc.torch.install(mode="planned"), each iteration
+                     one sdalloc.torch.step() (recorded once, then served from the plan's
+                     arena); its step figures go into the JSON ("step_stats") and the table
       The PyTorch settings are put in PYTORCH_CUDA_ALLOC_CONF before torch is imported.
       --cpu-smoke runs a tiny version on the CPU (no allocator swap, memory figures null):
-      it checks the model code, the argument handling and the JSON without a GPU.
+      it checks the model code, the argument handling and the JSON without a GPU. For
+      sdalloc-planned it still marks each iteration as a step of a backend:host planned
+      pool of the shim (device 0); torch's CPU tensors do not go through sdalloc, so those
+      steps hold no allocations: only the step calls and the figures' path are checked.
   gpu_workload.py table FILE.json... [--json OUT] [--strict]
       Prints one aligned table (peak reserved, peak allocated, time per iteration) and the
       verdict lines of the issue's bars: sdalloc's peak reserved below native's, no higher
@@ -26,8 +32,13 @@ The workload: a UNet-like denoiser (convolutions, group norms, self-attention at
 resolutions, skip connections), random weights, fp16, inference under torch.inference_mode,
 two latent shapes alternating (batch 1 at 96x96 and batch 2 at 128x128), several iterations
 after a warm-up. Time per iteration is the median over the timed iterations, with
-torch.cuda.synchronize() around each.
+torch.cuda.synchronize() around each. Under sdalloc-planned, the iteration's begin_step is
+inside the timed part; its end_step (after the iteration's tensors are freed) is not.
+The shapes alternate, so a plan recorded on one shape does not fit the other: expect the
+other shape's iterations to count as divergent steps (served by the caching pool).
 """
+
+import contextlib
 
 import argparse
 import json
@@ -44,7 +55,12 @@ CONFIGS = {
     "sdalloc-pool": {"torch_conf": None, "sdalloc": {"mode": "pool"}},
     "sdalloc-async": {"torch_conf": None, "sdalloc": {"mode": "async"}},
     "sdalloc-vmm": {"torch_conf": None, "sdalloc": {"mode": "vmm"}},
+    "sdalloc-planned": {"torch_conf": None, "sdalloc": {"mode": "planned"}, "steps": True},
 }
+# The step figures the JSON and the table carry for a configuration with steps.
+STEP_FIGURES = ("planned_allocations", "kept_allocations", "fallback_allocations",
+                "recorded_allocations", "recorded_steps", "planned_steps", "divergent_steps",
+                "replans", "arena_failures", "arena_bytes")
 GPU_SHAPES = [(1, 4, 96, 96), (2, 4, 128, 128)]
 CPU_SHAPES = [(1, 4, 16, 16), (2, 4, 24, 24)]
 MiB = 1 << 20
@@ -142,6 +158,20 @@ def run(args):
         import sdalloc.torch as sdalloc_torch  # pylint: disable=import-outside-toplevel
         sdalloc_torch.install(**spec["sdalloc"])
         result["sdalloc_conf"] = sdalloc_torch.config_text()
+    # Configurations with steps: each iteration is one step of the shim's pool. On the CPU
+    # smoke that is a host pool of device 0 that torch's CPU tensors never reach.
+    step_device = None
+    if spec.get("steps"):
+        import sdalloc.torch as step_shim  # pylint: disable=import-outside-toplevel
+        if args.cpu_smoke:
+            step_shim.configure(backend="host", **spec["sdalloc"])
+            step_device = 0
+            result["sdalloc_conf"] = step_shim.config_text()
+
+        def iteration_scope():
+            return step_shim.step(device=step_device)
+    else:
+        iteration_scope = contextlib.nullcontext
 
     if args.cpu_smoke:
         device, dtype, shapes, channels, heads = "cpu", torch.float32, CPU_SHAPES, (32, 64, 64), 2
@@ -165,17 +195,22 @@ def run(args):
             shape = shapes[i % len(shapes)]
             sync()
             start = time.perf_counter()
-            x = torch.randn(shape, device=device, dtype=dtype)
-            for _ in range(args.steps):  # a sampler's denoising steps
-                x = x - 0.1 * model(x)
-            sync()
-            if i >= args.warmup:
-                times.append(time.perf_counter() - start)
-            del x
+            with iteration_scope():
+                x = torch.randn(shape, device=device, dtype=dtype)
+                for _ in range(args.steps):  # a sampler's denoising steps
+                    x = x - 0.1 * model(x)
+                sync()
+                if i >= args.warmup:
+                    times.append(time.perf_counter() - start)
+                del x
     result["iterations"] = len(times)
     result["time_per_iteration_s"] = statistics.median(times)
     result["time_min_s"] = min(times)
     result["time_max_s"] = max(times)
+
+    if spec.get("steps"):
+        figures = step_shim.step_stats(device=step_device)
+        result["step_stats"] = {name: figures[name] for name in STEP_FIGURES}
 
     result["peak_reserved_bytes"] = None
     result["peak_allocated_bytes"] = None
@@ -213,6 +248,18 @@ def mib(value):
     return "-" if value is None else f"{value / MiB:.1f}"
 
 
+def step_note(result):
+    """The table's note for a run with steps: where its allocations were served, and how
+    many steps left the plan."""
+    steps = result.get("step_stats")
+    if not steps:
+        return ""
+    return (f"; steps: {steps['planned_allocations']} planned, {steps['kept_allocations']} "
+            f"kept, {steps['fallback_allocations']} fallback allocations; "
+            f"{steps['divergent_steps']}/{steps['planned_steps']} planned steps divergent, "
+            f"{steps['recorded_steps']} recorded, {steps['replans']} replans")
+
+
 def format_table(results):
     header = ("config", "peak reserved MiB", "peak allocated MiB", "ms/iteration", "status")
     rows = []
@@ -222,7 +269,7 @@ def format_table(results):
             continue
         rows.append((r["config"], mib(r.get("peak_reserved_bytes")),
                      mib(r.get("peak_allocated_bytes")),
-                     f"{r['time_per_iteration_s'] * 1e3:.2f}", "ok"))
+                     f"{r['time_per_iteration_s'] * 1e3:.2f}", "ok" + step_note(r)))
     widths = [max(len(str(row[i])) for row in rows + [header]) for i in range(len(header))]
     lines = []
     for n, row in enumerate([header] + rows):

@@ -23,6 +23,17 @@
  *                                  memfd), like PyTorch's expandable_segments; its cap is
  *                                  fixed at the pool's creation, it has no record_stream
  *                                  and no segment layout (snapshot) - both fail, saying so
+ *                          planned - a planned arena over a CachingPool (backend cuda or
+ *                                  host): the allocations between sdalloc_pool_begin_step
+ *                                  and sdalloc_pool_end_step on sdalloc_torch_pool(device)
+ *                                  are recorded once, planned into one arena, and later
+ *                                  steps are served from it by position (Python:
+ *                                  `with sdalloc.torch.step():`). Buffers kept past a step
+ *                                  ("kept", e.g. latents) come from the caching pool;
+ *                                  record_stream works (on CUDA its step counts as
+ *                                  divergent while the slot waits for the stream);
+ *                                  empty_cache between steps releases the arena, which the
+ *                                  next begin_step reserves again
  *   capacity               most bytes one device's pool may hold (0: no cap)
  *   memory_fraction        the same as a fraction of the device's memory, in (0, 1]
  *                          (backend:host: of `capacity`, which it then requires)
@@ -32,6 +43,8 @@
  *   initial_reservation    one segment taken at the pool's creation and kept (default 0)
  *   release_before_growth  true|false (default true)
  *   consolidate            true|false (default true)
+ *   replan_after           mode:planned: divergent steps in a row before the step is
+ *                          recorded again, at least 1 (default 3)
  * A malformed SDALLOC_CONF makes every allocation fail (nullptr) with a message naming the
  * key, readable with sdalloc_torch_last_error() and printed once to stderr.
  *

@@ -12,6 +12,11 @@ traces are always available; sdalloc.torch adds PyTorch integration.
     sdalloc.dump_snapshot("snap.pickle", pool)     # pytorch.org/memory_viz reads it
     with sdalloc.record("trace.csv", pool):        # an event trace `sdalloc replay` reads
         ...
+    planned = sdalloc.Pool(planned=True)           # serves a repeated step from one arena
+    for _ in range(steps):
+        with planned.step():                       # recorded once, then replayed by position
+            ...
+    planned.step_stats()["divergent_steps"]
 
 Without a `pool` argument, stats / snapshot / dump_snapshot / record use the PyTorch
 shim's pools once sdalloc.torch.install() (or mempool()) has run, else the default host pool
@@ -29,7 +34,7 @@ from ._dlpack import HostTensor, live_exports
 from ._native import LibraryNotFound, SdallocError
 from ._snapshot import snapshot_of
 
-__all__ = ["Pool", "HostTensor", "SdallocError", "LibraryNotFound", "default_pool", "stats",
+__all__ = ["Pool", "Step", "HostTensor", "SdallocError", "LibraryNotFound", "default_pool", "stats",
            "snapshot", "dump_snapshot", "record", "Recording", "version", "live_exports"]
 
 _STATE_FREE, _STATE_LIVE, _STATE_PENDING = 0, 1, 2
@@ -46,13 +51,19 @@ class Pool:
     Pool(**options) creates a host pool (libsdalloc.so); options are the fields of
     sdalloc_pool_config_t: capacity, initial_reservation, segment_granularity,
     min_segment_size, huge_threshold, release_cached_before_growth, consolidate_when_empty,
-    hugepages (bool). Pools of the PyTorch shim come from sdalloc.torch.pool(device).
+    planned, replan_after_divergent_steps, hugepages (bool). Pools of the PyTorch shim come
+    from sdalloc.torch.pool(device).
+
+    A planned pool (planned=True) serves a repeated step from one planned arena: mark each
+    step with `with pool.step(stream):` (or begin_step() / end_step()); the first step is
+    recorded, later ones are served by position while they repeat it (see step_stats()).
     """
 
     def __init__(self, hugepages=False, _handle=None, _library=None, _owned=True, **options):
         self._lib = _library or _native.host()
         self._owned = _owned
         self._handle = None
+        self._planned = None  # unknown for a handle from elsewhere: asked on first stats()
         if _handle is not None:
             self._handle = _handle
             return
@@ -67,6 +78,7 @@ class Pool:
         handle = c_void_p()
         self._lib.check(self._lib.c.sdalloc_pool_create(byref(config), byref(handle)))
         self._handle = handle.value
+        self._planned = bool(config.planned)
 
     @property
     def handle(self):
@@ -119,15 +131,57 @@ class Pool:
         self._lib.check(self._lib.c.sdalloc_trim(self._handle, byref(released)))
         return released.value
 
+    # -- steps (planned pools) ----------------------------------------------------------
+    def begin_step(self, stream=None):
+        """Starts a step whose allocations on `stream` (None: the default stream) follow
+        the plan; the first step is recorded. Raises SdallocError (INVALID_ARGUMENT) for a
+        pool that is not planned or a step already in progress."""
+        self._lib.check(self._lib.c.sdalloc_pool_begin_step(self._handle, stream))
+
+    def end_step(self):
+        """Ends the step begun by begin_step() (after a recorded step: plans it and reserves
+        the arena). Raises SdallocError (INVALID_ARGUMENT) when no step is in progress or
+        the pool is not planned."""
+        self._lib.check(self._lib.c.sdalloc_pool_end_step(self._handle))
+
+    def step(self, stream=None):
+        """`with pool.step(stream): ...` - begin_step(stream) on entry, end_step() on exit,
+        also when the body raises (the body's exception is then the one that propagates)."""
+        return Step(self.begin_step, self.end_step, stream)
+
+    def step_stats(self):
+        """Every sdalloc_step_stats_t field as a dict. Raises SdallocError
+        (INVALID_ARGUMENT) for a pool that is not planned."""
+        raw = _native.StepStats()
+        raw.struct_size = sizeof(raw)
+        self._lib.check(self._lib.c.sdalloc_pool_step_stats(self._handle, byref(raw)))
+        return {name: getattr(raw, name) for name, _ in raw._fields_ if name != "struct_size"}
+
+    def is_planned(self):
+        """Whether this is a planned pool (for a pool made elsewhere, e.g. the shim's, the
+        library is asked once: a failed sdalloc_pool_step_stats means it is not)."""
+        if self._planned is None:
+            try:
+                self.step_stats()
+                self._planned = True
+            except SdallocError as error:
+                if error.status != "INVALID_ARGUMENT":
+                    raise
+                self._planned = False
+        return self._planned
+
     # -- figures ------------------------------------------------------------------------
     def stats(self):
         """Every sdalloc_stats_t field, plus the same figures under PyTorch's
-        torch.cuda.memory_stats() key names ("allocated_bytes.all.current", ...)."""
+        torch.cuda.memory_stats() key names ("allocated_bytes.all.current", ...), plus for
+        a planned pool every step_stats() field prefixed "step_" ("step_divergent_steps")."""
         raw = _native.Stats()
         raw.struct_size = sizeof(raw)
         self._lib.check(self._lib.c.sdalloc_pool_stats(self._handle, byref(raw)))
         result = {name: getattr(raw, name) for name, _ in raw._fields_ if name != "struct_size"}
         result.update(self.memory_stats())
+        if self.is_planned():
+            result.update({"step_" + name: value for name, value in self.step_stats().items()})
         return result
 
     def memory_stats(self):
@@ -181,6 +235,31 @@ class Pool:
         events = c_uint64()
         self._lib.check(self._lib.c.sdalloc_pool_trace_stop(self._handle, byref(events)))
         return events.value
+
+
+class Step:
+    """A step as a context manager (Pool.step(), sdalloc.torch.step()): `begin(stream)` on
+    entry, `end()` on exit. When the body raised, the step is still ended and the body's
+    exception propagates (an error of end() is then attached to it as a note)."""
+
+    def __init__(self, begin, end, stream=None):
+        self._begin = begin
+        self._end = end
+        self.stream = stream
+
+    def __enter__(self):
+        self._begin(self.stream)
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        try:
+            self._end()
+        except SdallocError as error:
+            if exc is None:
+                raise
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"sdalloc: ending the step also failed: {error}")
+        return False
 
 
 _default_pool = None

@@ -48,7 +48,9 @@ class PoolConfig(Structure):
     _fields_ = [("struct_size", c_size_t), ("resource", c_int), ("capacity", c_size_t),
                 ("initial_reservation", c_size_t), ("segment_granularity", c_size_t),
                 ("min_segment_size", c_size_t), ("huge_threshold", c_size_t),
-                ("release_cached_before_growth", c_bool), ("consolidate_when_empty", c_bool)]
+                ("release_cached_before_growth", c_bool), ("consolidate_when_empty", c_bool),
+                # The header's order: `planned` follows, past the first version's padding.
+                ("replan_after_divergent_steps", c_size_t), ("planned", c_bool)]
 
 
 class Stats(Structure):
@@ -63,6 +65,16 @@ class Stats(Structure):
         ("largest_free_block", c_size_t), ("pending_free_bytes", c_size_t),
         ("oom_retries", c_uint64), ("ooms", c_uint64), ("consolidations", c_uint64),
         ("streams", c_size_t), ("fragmentation", c_double), ("peak_overhead_ratio", c_double)]
+
+
+class StepStats(Structure):
+    """sdalloc_step_stats_t: what a planned pool has done with its steps."""
+    _fields_ = [("struct_size", c_size_t), ("has_plan", c_bool), ("in_step", c_bool),
+                ("arena_bytes", c_size_t), ("planned_events", c_size_t)] + [
+        (name, c_uint64) for name in (
+            "planned_allocations", "kept_allocations", "fallback_allocations",
+            "recorded_allocations", "recorded_steps", "planned_steps", "divergent_steps",
+            "replans", "arena_failures")]
 
 
 class SegmentInfo(Structure):
@@ -90,6 +102,9 @@ _C_API = {
     "sdalloc_free": (c_int, [c_void_p, c_void_p, c_void_p]),
     "sdalloc_allocation_size": (c_int, [c_void_p, c_void_p, POINTER(c_size_t)]),
     "sdalloc_trim": (c_int, [c_void_p, POINTER(c_size_t)]),
+    "sdalloc_pool_begin_step": (c_int, [c_void_p, c_void_p]),
+    "sdalloc_pool_end_step": (c_int, [c_void_p]),
+    "sdalloc_pool_step_stats": (c_int, [c_void_p, POINTER(StepStats)]),
     "sdalloc_pool_stats": (c_int, [c_void_p, POINTER(Stats)]),
     "sdalloc_pool_reset_peak": (c_int, [c_void_p]),
     "sdalloc_memory_stat": (c_int, [c_void_p, c_char_p, POINTER(c_int64)]),

@@ -18,10 +18,25 @@ segments come from sdalloc, used with `with torch.cuda.use_mem_pool(pool):`; PyT
 its own caching and statistics on top.
 
 Configuration keywords (both functions) are SDALLOC_CONF's keys (include/sdalloc/torch_shim.h):
-backend ("cuda" | "host"), mode ("pool" | "async" | "vmm"), capacity, memory_fraction,
-granularity, min_segment, huge_threshold, initial_reservation (ints are bytes; strings like
-"2MiB" also work), release_before_growth, consolidate (bools). Keywords not given come from
-the SDALLOC_CONF environment variable, else the defaults.
+backend ("cuda" | "host"), mode ("pool" | "async" | "vmm" | "planned"), capacity,
+memory_fraction, granularity, min_segment, huge_threshold, initial_reservation (ints are
+bytes; strings like "2MiB" also work), release_before_growth, consolidate (bools),
+replan_after (mode "planned": divergent steps in a row before the step is recorded again).
+Keywords not given come from the SDALLOC_CONF environment variable, else the defaults.
+
+mode="planned" serves a repeated step (one denoising iteration) from one planned arena.
+Mark each step:
+
+    sdalloc.torch.install(mode="planned")
+    for t in timesteps:
+        with sdalloc.torch.step():            # current device, its current stream
+            latents = scheduler.step(unet(latents, t), t, latents)
+    sdalloc.stats()["step_divergent_steps"]
+
+The first step is recorded and planned; later steps that repeat it are served from the
+arena by position. A buffer kept past the end of a step (the latents above) is a "kept"
+allocation: it is served by the caching pool in later steps and does not break the plan.
+begin_step() / end_step() do the same for loops that cannot use `with`.
 
 host_tensor(shape, dtype) works without CUDA: a host allocation of sdalloc handed to torch
 through DLPack (its memory returns to the pool when the tensor dies).
@@ -34,7 +49,7 @@ from ._native import SdallocError
 
 _CONFIG_KEYS = ("backend", "mode", "capacity", "memory_fraction", "granularity", "min_segment",
                 "huge_threshold", "initial_reservation", "release_before_growth",
-                "consolidate")
+                "consolidate", "replan_after")
 
 _installed = {"allocator": None, "conf": None}
 
@@ -207,6 +222,81 @@ def pool(device):
     return Pool(_handle=handle.value, _library=lib, _owned=False)
 
 
+def _step_device(device):
+    """`device`, or the current CUDA device when torch has CUDA; else a ValueError."""
+    if device is not None:
+        return int(device)
+    try:
+        torch = _torch()
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        raise ValueError("sdalloc.torch: no CUDA device to default to (torch has no CUDA "
+                         "here): pass device= (e.g. device=0 for a backend:host pool)")
+    return torch.cuda.current_device()
+
+
+def _step_stream(device, stream):
+    """`stream`, or PyTorch's current stream of `device` when CUDA is available; else None
+    (the default stream)."""
+    if stream is not None or device < 0:
+        return stream
+    try:
+        torch = _torch()
+    except ImportError:
+        return None
+    if not torch.cuda.is_available() or device >= torch.cuda.device_count():
+        return None
+    return torch.cuda.current_stream(device).cuda_stream or None
+
+
+def _step_call(call, device):
+    """Runs call(pool of device); a refusal because the shim's mode is not planned gets the
+    configuration in effect added to the C API's message."""
+    shim_pool = pool(device)
+    try:
+        return call(shim_pool)
+    except SdallocError as error:
+        if error.status != "INVALID_ARGUMENT" or "mode:planned" in config_text():
+            raise
+        wrapped = SdallocError(2, f"{error} (sdalloc.torch: steps need the shim's mode "
+                                  f"planned; the configuration is '{config_text()}')")
+        raise wrapped from error
+
+
+def begin_step(device=None, stream=None):
+    """Starts a step on the shim's pool of `device` (default: the current CUDA device) for
+    allocations on `stream` (default: PyTorch's current stream of that device when CUDA is
+    available, else the default stream). Needs mode "planned" (SdallocError otherwise, as
+    for a step already in progress)."""
+    device = _step_device(device)
+    stream = _step_stream(device, stream)
+    _step_call(lambda p: p.begin_step(stream), device)
+
+
+def end_step(device=None):
+    """Ends the step begun by begin_step() on the shim's pool of `device`."""
+    device = _step_device(device)
+    _step_call(lambda p: p.end_step(), device)
+
+
+def step(device=None, stream=None):
+    """`with sdalloc.torch.step(): ...` - one step of the shim's planned pool of `device`
+    (defaults as begin_step()). The step is ended also when the body raises; the body's
+    exception is the one that propagates."""
+    from . import Step  # pylint: disable=import-outside-toplevel
+    device = _step_device(device)
+    stream = _step_stream(device, stream)
+    return Step(lambda s: _step_call(lambda p: p.begin_step(s), device),
+                lambda: _step_call(lambda p: p.end_step(), device), stream)
+
+
+def step_stats(device=None):
+    """step_stats() of the shim's planned pool of `device` (default as begin_step())."""
+    device = _step_device(device)
+    return _step_call(lambda p: p.step_stats(), device)
+
+
 def memory_stats(device=None):
     """PyTorch-named figures of the shim's pool, like torch.cuda.memory_stats(device)."""
     from . import stats  # pylint: disable=import-outside-toplevel
@@ -245,4 +335,4 @@ def host_tensor(shape, dtype=None, pool=None):
 
 __all__ = ["install", "installed", "mempool", "configure", "config_text", "conf_string",
            "has_cuda", "pools", "pool", "memory_stats", "empty_cache", "set_memory_fraction",
-           "host_tensor", "SdallocError"]
+           "host_tensor", "step", "begin_step", "end_step", "step_stats", "SdallocError"]

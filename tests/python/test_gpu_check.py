@@ -37,7 +37,7 @@ def test_dry_run_lists_every_step_and_runs_nothing(tmp_path):
     assert "-DSDALLOC_WITH_CUDA=ON" in text
     assert "sdalloc_cuda_tests" in text
     for config in ("native", "expandable", "async", "sdalloc-pool", "sdalloc-async",
-                   "sdalloc-vmm"):
+                   "sdalloc-vmm", "sdalloc-planned"):
         assert f"--config {config} " in text
     assert f"--json {out}/gpu-check.json" in text
     assert not out.exists()
@@ -82,6 +82,21 @@ def test_table_is_aligned_and_judges_the_bars(tmp_path):
     assert strict.returncode == 1
 
 
+def test_table_notes_where_a_planned_run_served_its_steps(tmp_path):
+    path = tmp_path / "sdalloc-planned.json"
+    path.write_text(json.dumps({
+        "config": "sdalloc-planned", "peak_reserved_bytes": 100 * MiB,
+        "peak_allocated_bytes": 90 * MiB, "time_per_iteration_s": 0.05,
+        "step_stats": {"planned_allocations": 120, "kept_allocations": 0,
+                       "fallback_allocations": 130, "recorded_allocations": 40,
+                       "recorded_steps": 1, "planned_steps": 7, "divergent_steps": 4,
+                       "replans": 0, "arena_failures": 0, "arena_bytes": 80 * MiB}}))
+    result = run([sys.executable, str(WORKLOAD), "table", str(path)])
+    assert result.returncode == 0, result.stderr
+    assert ("ok; steps: 120 planned, 0 kept, 130 fallback allocations; 4/7 planned steps "
+            "divergent, 1 recorded, 0 replans") in result.stdout
+
+
 def test_failed_run_is_a_failed_row_and_a_failing_exit(tmp_path):
     good = write_result(tmp_path, "native", 100, 50, 5.0)
     broken = tmp_path / "sdalloc-pool.json"
@@ -106,12 +121,21 @@ def test_workload_refuses_bad_arguments(tmp_path):
 
 def test_cpu_smoke_runs_the_real_workload_end_to_end(torch, tmp_path):  # pylint: disable=unused-argument
     out = tmp_path / "smoke"
-    result = run([str(CHECK), "--cpu-smoke", "--configs", "native,sdalloc-pool", "--out",
-                  str(out)])
+    result = run([str(CHECK), "--cpu-smoke", "--configs", "native,sdalloc-pool,sdalloc-planned",
+                  "--out", str(out)])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "gpu_workload: native: 1 iterations" in result.stdout
     data = json.loads((out / "gpu-check.json").read_text())
-    assert [r["config"] for r in data["results"]] == ["native", "sdalloc-pool"]
+    assert [r["config"] for r in data["results"]] == ["native", "sdalloc-pool",
+                                                      "sdalloc-planned"]
+    # On the CPU torch's tensors do not reach the shim: the one step (an iteration) ran on
+    # the shim's host planned pool and held no allocations, so it planned nothing.
+    planned = data["results"][2]
+    assert "mode:planned" in planned["sdalloc_conf"]
+    assert planned["step_stats"]["recorded_steps"] == 1
+    assert planned["step_stats"]["planned_allocations"] == 0
+    assert planned["step_stats"]["divergent_steps"] == 0
+    assert "ok; steps: 0 planned, 0 kept, 0 fallback allocations" in result.stdout
     for r in data["results"]:
         assert r["cpu_smoke"] is True and r["time_per_iteration_s"] > 0
         assert r["parameters"] > 0 and r["shapes"] == [[1, 4, 16, 16], [2, 4, 24, 24]]

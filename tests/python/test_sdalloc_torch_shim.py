@@ -128,7 +128,7 @@ def test_memory_fraction_on_host_needs_capacity(libraries):
 
 
 @pytest.mark.parametrize("conf, message", [
-    ("mode:bogus", "mode must be pool, async or vmm, in 'mode:bogus'"),
+    ("mode:bogus", "mode must be pool, async, vmm or planned, in 'mode:bogus'"),
     ("backend:host,capacity:12XB", "unknown size unit 'XB'"),
     ("backend:host,capcity:1", "unknown key 'capcity'"),
     ("backend:host,backend:cuda", "the key 'backend' is repeated"),
