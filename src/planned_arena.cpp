@@ -479,8 +479,11 @@ struct PlannedArena::Impl {
     }
     const auto k = static_cast<std::size_t>(slot);
     check_size(bytes, arena.requested[k]);
+    const bool named_elsewhere = used_on.contains(reinterpret_cast<void*>(addr));
     std::vector<StreamEvents::Event> users = record_users(reinterpret_cast<void*>(addr));
-    const bool used_elsewhere = !users.empty() || !(stream == arena.stream);
+    // Diverges whether or not an event was needed (host streams have none), so a step
+    // behaves the same on every backend.
+    const bool used_elsewhere = named_elsewhere || !(stream == arena.stream);
     if (!(stream == arena.stream)) {  // freed for reuse on another stream than the arena's
       if (const StreamEvents::Event e = events.record(stream); e != StreamEvents::kNoEvent) {
         users.push_back(e);

@@ -171,6 +171,23 @@ TEST_F(ArenaWithControlledStreams, ArenaMemoryUsedByAnotherStreamIsNotReusedBefo
   EXPECT_EQ(events.misuses(), 0u);
 }
 
+TEST(PlannedArenaPipeline, RecordStreamMakesTheStepDivergentOnHostStreamsToo) {
+  HostResource host;  // host stream events: nothing to wait for, the same rule
+  PlannedArena arena(host);
+  void* latents = arena.allocate(16 * kKiB);
+  latents = denoise_step(arena, latents);
+  arena.begin_step();
+  void* scratch = arena.allocate(64 * kKiB);
+  arena.record_stream(scratch, Stream(2));
+  arena.free(scratch);
+  arena.end_step();
+  EXPECT_EQ(arena.counters().divergent_steps, 1u);
+  latents = denoise_step(arena, latents);  // the plan holds
+  EXPECT_EQ(arena.counters().divergent_steps, 1u);
+  EXPECT_EQ(arena.counters().planned_allocations, 3u);
+  arena.free(latents);
+}
+
 TEST_F(ArenaWithControlledStreams, RecordStreamDuringTheRecordingWaitsAtTheFree) {
   arena.begin_step();
   void* a = arena.allocate(8 * kKiB);
