@@ -34,8 +34,8 @@ two latent shapes alternating (batch 1 at 96x96 and batch 2 at 128x128), several
 after a warm-up. Time per iteration is the median over the timed iterations, with
 torch.cuda.synchronize() around each. Under sdalloc-planned, the iteration's begin_step is
 inside the timed part; its end_step (after the iteration's tensors are freed) is not.
-The shapes alternate, so a plan recorded on one shape does not fit the other: expect the
-other shape's iterations to count as divergent steps (served by the caching pool).
+The shapes alternate: each is recorded once and gets its own plan (the iteration's first
+allocation, the input of that shape, picks it), and both plans share one arena.
 """
 
 import contextlib
@@ -60,7 +60,7 @@ CONFIGS = {
 # The step figures the JSON and the table carry for a configuration with steps.
 STEP_FIGURES = ("planned_allocations", "kept_allocations", "fallback_allocations",
                 "recorded_allocations", "recorded_steps", "planned_steps", "divergent_steps",
-                "replans", "arena_failures", "arena_bytes")
+                "replans", "arena_failures", "arena_bytes", "plans")
 GPU_SHAPES = [(1, 4, 96, 96), (2, 4, 128, 128)]
 CPU_SHAPES = [(1, 4, 16, 16), (2, 4, 24, 24)]
 MiB = 1 << 20
@@ -257,7 +257,8 @@ def step_note(result):
     return (f"; steps: {steps['planned_allocations']} planned, {steps['kept_allocations']} "
             f"kept, {steps['fallback_allocations']} fallback allocations; "
             f"{steps['divergent_steps']}/{steps['planned_steps']} planned steps divergent, "
-            f"{steps['recorded_steps']} recorded, {steps['replans']} replans")
+            f"{steps['recorded_steps']} recorded, {steps['replans']} replans, "
+            f"{steps['plans']} plans")
 
 
 def format_table(results):

@@ -156,6 +156,7 @@ std::unique_ptr<sdalloc_pool> make_host_pool(const sdalloc_pool_config_t& config
   if (config.planned) {
     sdalloc::PlannedArenaOptions planned;
     planned.replan_after_divergent_steps = config.replan_after_divergent_steps;
+    planned.max_plans = config.max_plans;
     planned.fallback = options;
     return std::make_unique<sdalloc_pool>(std::move(stack), nullptr, planned);
   }
@@ -271,7 +272,9 @@ void sdalloc_pool_config_init(sdalloc_pool_config_t* config) noexcept {
   config->release_cached_before_growth = defaults.release_cached_before_growth;
   config->consolidate_when_empty = defaults.consolidate_when_empty;
   config->planned = false;
-  config->replan_after_divergent_steps = sdalloc::PlannedArenaOptions{}.replan_after_divergent_steps;
+  const sdalloc::PlannedArenaOptions planned_defaults;
+  config->replan_after_divergent_steps = planned_defaults.replan_after_divergent_steps;
+  config->max_plans = planned_defaults.max_plans;
 }
 
 sdalloc_status_t sdalloc_pool_create(const sdalloc_pool_config_t* config,
@@ -392,6 +395,7 @@ sdalloc_status_t sdalloc_pool_step_stats(sdalloc_pool_t* pool,
     c.divergent_steps = counters.divergent_steps;
     c.replans = counters.replans;
     c.arena_failures = counters.arena_failures;
+    c.plans = arena.plan_count();
     std::memcpy(stats, &c, size);  // only what the caller's (possibly older) struct holds
   });
 }

@@ -32,7 +32,7 @@ struct Slot {
   std::int64_t allocated_at = 0;  // event index of the allocation
   std::int64_t freed_at = -1;     // event index of the free, -1 while live
   std::size_t offset = 0;         // in the arena, once planned
-  std::size_t offset_index = 0;   // index into Arena::offsets
+  std::size_t offset_index = 0;   // index into StepPlan::offsets
   // Live at the end of the recorded step (a loop's carried state, e.g. the next latents):
   // later steps take it from the fallback pool, so no arena memory outlives its step.
   bool kept = false;
@@ -44,35 +44,54 @@ struct Event {
   std::uint32_t slot;
 };
 
-// One reserved arena and the bookkeeping of which planned buffer occupies which offset.
-// While the plan is followed at most one live buffer starts at any offset; a free looks the
-// offset up by binary search, so the hot path allocates no memory.
+// One recorded step, planned: the sequence a later step must repeat, and each slot's place.
+struct StepPlan {
+  std::vector<Slot> slots;
+  std::vector<Event> events;
+  std::vector<std::size_t> offsets;   // distinct planned offsets, sorted
+  std::size_t size = 0;               // bytes it needs from the arena's base
+  std::size_t alignment = kRounding;  // its strictest planned alignment
+  std::size_t divergent_in_a_row = 0;
+  std::uint64_t last_used = 0;  // when a step last followed it: the least recent goes first
+};
+
+// The reserved memory every plan places its buffers in (steps never overlap, so the plans
+// share it; it is as large as the largest), and which buffer of which plan occupies which
+// offset now. While a plan is followed at most one live buffer starts at any offset; a free
+// looks the offset up by binary search, so the hot path allocates no memory.
 struct Arena {
-  void* segment = nullptr;  // null while released by trim() (the plan stays)
+  void* segment = nullptr;  // null while released by trim() (the plans stay)
   Stream stream;            // the plan stream: arena memory is reused there at once
   std::size_t segment_bytes = 0;
   std::uintptr_t base = 0;
-  std::size_t size = 0;                // plan.arena_size
-  std::size_t alignment = 0;           // the strictest planned alignment: base's
-  std::vector<std::size_t> offsets;    // distinct planned offsets, sorted
-  std::vector<std::int64_t> occupant;  // per offset: live slot or -1
-  std::vector<std::size_t> requested;  // per slot: bytes asked for while live
-  std::vector<std::size_t> rounded;    // per slot: rounded size
+  std::size_t size = 0;       // the largest plan's size
+  std::size_t alignment = 0;  // the strictest planned alignment: base's
+  std::shared_ptr<const StepPlan> plan;    // whose buffers occupy it (kept alive while they do)
+  std::vector<std::int64_t> occupant;  // per plan offset: live slot or -1
+  std::vector<std::size_t> requested;  // per plan slot: bytes asked for while live
   std::size_t live_count = 0;
   std::size_t live_bytes = 0;
   std::size_t allocated_bytes = 0;
 
   bool reserved() const { return segment != nullptr; }
   bool contains(std::uintptr_t p) const { return reserved() && p >= base && p < base + size; }
+  // Makes `p` the plan whose buffers the arena holds (it must be empty).
+  void occupy(std::shared_ptr<const StepPlan> p) {
+    occupant.assign(p->offsets.size(), -1);
+    requested.assign(p->slots.size(), 0);
+    plan = std::move(p);
+  }
   // The slot whose live buffer starts at p, or -1.
   std::int64_t live_slot_at(std::uintptr_t p, std::size_t* index) const {
-    if (!contains(p)) return -1;
+    if (!contains(p) || plan == nullptr) return -1;
+    const std::vector<std::size_t>& offsets = plan->offsets;
     const std::size_t offset = p - base;
     const auto pos = std::lower_bound(offsets.begin(), offsets.end(), offset);
     if (pos == offsets.end() || *pos != offset) return -1;
     *index = static_cast<std::size_t>(pos - offsets.begin());
     return occupant[*index];
   }
+  std::size_t rounded(std::size_t slot) const { return plan->slots[slot].rounded; }
 };
 
 // A recorded allocation served by the upstream resource itself.
@@ -90,6 +109,7 @@ void PlannedArenaOptions::validate() const {
   if (replan_after_divergent_steps == 0) {
     throw InvalidArgument("PlannedArenaOptions: replan_after_divergent_steps must be >= 1");
   }
+  if (max_plans == 0) throw InvalidArgument("PlannedArenaOptions: max_plans must be >= 1");
   if (!(planner_time_limit_seconds >= 0.0)) {
     throw InvalidArgument("PlannedArenaOptions: planner_time_limit_seconds must be >= 0");
   }
@@ -129,18 +149,25 @@ struct PlannedArena::Impl {
   Stream plan_stream() const { return Stream(plan_stream_handle.load(std::memory_order_relaxed)); }
 
   mutable std::mutex mutex;
-  // The plan: slots and events of the recording, and the arena that serves them.
-  std::vector<Slot> slots;
-  std::vector<Event> events_of_plan;
+  // The plans (at most options.max_plans) and the arena they share.
+  std::vector<std::shared_ptr<StepPlan>> plans;
   std::unique_ptr<Arena> current;
-  // Arenas of dropped plans that still hold live memory; released when they empty.
+  // Arenas that were replaced or dropped while memory in them was live; released when they
+  // empty.
   std::vector<std::unique_ptr<Arena>> retired;
+  std::uint64_t use_clock = 0;
+  std::size_t unmatched_in_a_row = 0;  // divergent steps that followed no plan
 
   // The step in progress.
   bool in_step = false;
-  bool recording = false;  // in_step and no plan: the step is being recorded
-  bool divergent = false;  // in a planned step: the step left the plan
-  std::size_t cursor = 0;  // next event of the plan the step must match
+  bool choosing = false;   // plans exist; the step's first allocation picks one
+  bool recording = false;  // the step is being recorded
+  bool divergent = false;  // the step left its plan (or matched none)
+  std::shared_ptr<StepPlan> active;  // the plan the step follows
+  std::size_t cursor = 0;        // next event of the plan the step must match
+  // The recording: slot k is its k-th allocation.
+  std::vector<Slot> rec_slots;
+  std::vector<Event> rec_events;
   std::unordered_map<void*, std::uint32_t> recording_live;  // recorded ptr -> slot
   // Recorded allocations taken straight from the upstream (record_through_upstream), by the
   // pointer handed out; they may outlive their step. A recorded free keeps its block in
@@ -164,7 +191,6 @@ struct PlannedArena::Impl {
   std::uint64_t direct_frees = 0;
   std::uint64_t upstream_allocations = 0;  // blocks taken from the upstream
   std::uint64_t upstream_releases = 0;
-  std::size_t divergent_in_a_row = 0;
 
   // record_stream on arena or direct memory: the other streams that use each live buffer.
   // When such a buffer is freed, an event is recorded on each; arena memory is not reused
@@ -217,7 +243,7 @@ struct PlannedArena::Impl {
     }
   }
 
-  bool planned_step_active() const { return in_step && !recording && current != nullptr; }
+  bool planned_step_active() const { return in_step && !recording && active != nullptr; }
 
   void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) {
     if (!(stream == plan_stream())) return allocate_elsewhere(bytes, alignment, stream);
@@ -232,6 +258,7 @@ struct PlannedArena::Impl {
     }
     const std::size_t rounded = round_up(bytes, kRounding);
     const std::size_t effective_alignment = std::max(alignment, kRounding);
+    if (in_step && choosing) choose_plan(rounded, effective_alignment);
     if (planned_step_active() && !divergent) {
       if (void* p = try_planned(bytes, rounded, effective_alignment)) return p;
       diverge();
@@ -376,10 +403,46 @@ struct PlannedArena::Impl {
     return true;
   }
 
+  // The step's first plan-stream allocation picks the most recently followed plan that
+  // begins with it; with none, the step is recorded as a new plan while there is room, and
+  // otherwise served by the fallback pool (divergent).
+  void choose_plan(std::size_t rounded, std::size_t alignment) {
+    choosing = false;
+    std::shared_ptr<StepPlan> best;
+    for (const auto& plan : plans) {
+      const Slot& first = plan->slots[plan->events.front().slot];
+      if (first.rounded == rounded && first.alignment == alignment &&
+          (best == nullptr || plan->last_used > best->last_used)) {
+        best = plan;
+      }
+    }
+    if (best != nullptr) {
+      active = std::move(best);
+      active->last_used = ++use_clock;
+      current->occupy(active);
+      ++counters.planned_steps;
+      return;
+    }
+    if (plans.size() < options.max_plans) {
+      start_recording();
+      return;
+    }
+    ++counters.planned_steps;
+    diverge();
+  }
+
+  void start_recording() {
+    recording = true;
+    rec_slots.clear();
+    rec_events.clear();
+    recording_live.clear();
+  }
+
   void* try_planned(std::size_t bytes, std::size_t rounded, std::size_t alignment) {
+    const std::vector<Event>& events_of_plan = active->events;
     if (cursor >= events_of_plan.size() || !events_of_plan[cursor].is_alloc) return nullptr;
     const std::uint32_t k = events_of_plan[cursor].slot;
-    const Slot& slot = slots[k];
+    const Slot& slot = active->slots[k];
     if (slot.rounded != rounded || slot.alignment != alignment) return nullptr;
     if (slot.kept) {
       // Kept past the step in the recording: not arena memory, so the next step can begin
@@ -415,13 +478,13 @@ struct PlannedArena::Impl {
   }
 
   void record_allocation(void* p, std::size_t rounded, std::size_t alignment) {
-    const auto k = static_cast<std::uint32_t>(slots.size());
+    const auto k = static_cast<std::uint32_t>(rec_slots.size());
     Slot slot;
     slot.rounded = rounded;
     slot.alignment = alignment;
-    slot.allocated_at = static_cast<std::int64_t>(events_of_plan.size());
-    slots.push_back(slot);
-    events_of_plan.push_back(Event{true, k});
+    slot.allocated_at = static_cast<std::int64_t>(rec_events.size());
+    rec_slots.push_back(slot);
+    rec_events.push_back(Event{true, k});
     recording_live.emplace(p, k);
   }
 
@@ -454,8 +517,8 @@ struct PlannedArena::Impl {
     if (!(in_step && recording)) return;
     auto it = recording_live.find(ptr);
     if (it != recording_live.end()) {
-      slots[it->second].freed_at = static_cast<std::int64_t>(events_of_plan.size());
-      events_of_plan.push_back(Event{false, it->second});
+      rec_slots[it->second].freed_at = static_cast<std::int64_t>(rec_events.size());
+      rec_events.push_back(Event{false, it->second});
       recording_live.erase(it);
     }
   }
@@ -493,6 +556,7 @@ struct PlannedArena::Impl {
     if (is_current && planned_step_active() && !divergent) {
       // A slot is reused within its step at once; memory another stream still uses cannot
       // be, so such a free ends the plan for this step.
+      const std::vector<Event>& events_of_plan = active->events;
       const bool expected = !used_elsewhere && cursor < events_of_plan.size() &&
                             !events_of_plan[cursor].is_alloc && events_of_plan[cursor].slot == k;
       if (expected) {
@@ -504,7 +568,7 @@ struct PlannedArena::Impl {
     arena.occupant[index] = -1;
     --arena.live_count;
     arena.live_bytes -= arena.requested[k];
-    arena.allocated_bytes -= arena.rounded[k];
+    arena.allocated_bytes -= arena.rounded(k);
     arena.requested[k] = 0;
     ++arena_frees;
   }
@@ -557,22 +621,26 @@ struct PlannedArena::Impl {
     if (in_step) throw InvalidArgument(name() + ": begin_step() while a step is in progress");
     // Arena memory freed while another stream still used it is reused from this step on.
     wait_for_arena_users();
-    if (current && !current->reserved() && !reserve(*current)) drop_plan();  // counted
+    if (current && !current->reserved() && !reserve(*current)) drop_all_plans();  // counted
     in_step = true;
     divergent = false;
+    recording = false;
+    choosing = false;
+    active.reset();
     cursor = 0;
-    recording = current == nullptr;
-    if (recording) {
+    if (plans.empty()) {
       plan_stream_handle.store(stream.handle, std::memory_order_relaxed);
-      slots.clear();
-      events_of_plan.clear();
-      recording_live.clear();
+      start_recording();
       return;
     }
-    ++counters.planned_steps;
-    // Buffers kept from the previous step could overlap this step's slots; a plan of
-    // another stream does not describe this step.
-    if (current->live_count != 0 || !(stream == current->stream)) diverge();
+    // Buffers kept from an earlier step could overlap this step's slots; the plans belong
+    // to another stream than this step's.
+    if (current->live_count != 0 || !(stream == current->stream)) {
+      ++counters.planned_steps;
+      diverge();
+      return;
+    }
+    choosing = true;
   }
 
   void end_step() {
@@ -587,29 +655,54 @@ struct PlannedArena::Impl {
       make_plan();
       return;
     }
-    if (!divergent && cursor != events_of_plan.size()) diverge();  // the step stopped early
+    if (choosing) {  // no plan-stream allocation: the step stopped before any plan's events
+      choosing = false;
+      ++counters.planned_steps;
+      diverge();
+    }
+    if (active != nullptr && !divergent && cursor != active->events.size()) diverge();
+    const std::shared_ptr<StepPlan> followed = std::move(active);
+    active.reset();
     if (!divergent) {
-      divergent_in_a_row = 0;
+      followed->divergent_in_a_row = 0;
+      unmatched_in_a_row = 0;
       return;
     }
     divergent = false;
-    if (++divergent_in_a_row < options.replan_after_divergent_steps) return;
-    divergent_in_a_row = 0;
+    // Too many divergent steps in a row: the plan that keeps failing goes (for steps that
+    // matched no plan, the least recently followed one), and a later step records anew.
+    if (followed != nullptr) {
+      if (++followed->divergent_in_a_row < options.replan_after_divergent_steps) return;
+      drop_plan(followed);
+    } else {
+      if (++unmatched_in_a_row < options.replan_after_divergent_steps) return;
+      unmatched_in_a_row = 0;
+      drop_plan(*std::min_element(plans.begin(), plans.end(), [](const auto& a, const auto& b) {
+        return a->last_used < b->last_used;
+      }));
+    }
     ++counters.replans;
-    drop_plan();
   }
 
-  void drop_plan() {
-    if (current) {
-      if (current->live_count == 0) {
-        release(*current);
-      } else {
-        retired.push_back(std::move(current));
-      }
-      current.reset();
+  // Removes one plan; the arena goes with the last one (at once, or when its memory empties).
+  void drop_plan(const std::shared_ptr<StepPlan>& plan) {
+    plans.erase(std::find(plans.begin(), plans.end(), plan));
+    if (plans.empty()) retire_arena();
+  }
+
+  void drop_all_plans() {
+    plans.clear();
+    retire_arena();
+  }
+
+  void retire_arena() {
+    if (!current) return;
+    if (current->live_count == 0) {
+      release(*current);
+    } else {
+      retired.push_back(std::move(current));
     }
-    slots.clear();
-    events_of_plan.clear();
+    current.reset();
   }
 
   // Takes the arena's memory from the upstream; false (counted) when it is refused.
@@ -633,13 +726,14 @@ struct PlannedArena::Impl {
     return true;
   }
 
+  // Plans the recording and adds it to the plans, growing the shared arena if it needs more.
   void make_plan() {
     // Kept slots are not planned: later steps take them from the fallback pool.
+    auto planned = std::make_shared<StepPlan>();
     std::vector<Buffer> buffers;
     std::vector<std::size_t> planned_slots;
-    std::size_t max_alignment = kRounding;
-    for (std::size_t k = 0; k < slots.size(); ++k) {
-      Slot& s = slots[k];
+    for (std::size_t k = 0; k < rec_slots.size(); ++k) {
+      Slot& s = rec_slots[k];
       s.kept = s.freed_at < 0;
       if (s.kept) continue;
       buffers.push_back(Buffer{.id = k,
@@ -648,46 +742,64 @@ struct PlannedArena::Impl {
                                .size = s.rounded,
                                .alignment = s.alignment});
       planned_slots.push_back(k);
-      max_alignment = std::max(max_alignment, s.alignment);
+      planned->alignment = std::max(planned->alignment, s.alignment);
     }
-    if (buffers.empty()) {  // nothing for an arena: record again next step
-      slots.clear();
-      events_of_plan.clear();
-      return;
-    }
+    if (buffers.empty()) return;  // nothing for an arena: such a step records again
     PlannerOptions planner_options;
     planner_options.time_limit_seconds = options.planner_time_limit_seconds;
     const PlanResult result = plan(buffers, planner_options);
+    planned->size = static_cast<std::size_t>(result.plan.arena_size);
+    for (std::size_t i = 0; i < planned_slots.size(); ++i) {
+      rec_slots[planned_slots[i]].offset = static_cast<std::size_t>(result.plan.offsets[i]);
+      planned->offsets.push_back(rec_slots[planned_slots[i]].offset);
+    }
+    std::sort(planned->offsets.begin(), planned->offsets.end());
+    planned->offsets.erase(std::unique(planned->offsets.begin(), planned->offsets.end()),
+                           planned->offsets.end());
+    for (Slot& s : rec_slots) {
+      s.offset_index = static_cast<std::size_t>(
+          std::lower_bound(planned->offsets.begin(), planned->offsets.end(), s.offset) -
+          planned->offsets.begin());
+    }
+    planned->slots = std::move(rec_slots);
+    planned->events = std::move(rec_events);
+    rec_slots.clear();
+    rec_events.clear();
+    if (!current || planned->size > current->size || planned->alignment > current->alignment) {
+      if (!grow_arena(*planned)) return;  // counted in arena_failures; the plan is dropped
+    }
+    planned->last_used = ++use_clock;
+    plans.push_back(std::move(planned));
+  }
 
+  // Replaces the arena by one that fits `plan` as well as every plan it served.
+  bool grow_arena(const StepPlan& plan) {
     auto arena = std::make_unique<Arena>();
     arena->stream = plan_stream();
-    arena->size = static_cast<std::size_t>(result.plan.arena_size);
-    arena->alignment = max_alignment;
+    arena->size = std::max(plan.size, current ? current->size : 0);
+    arena->alignment = std::max(plan.alignment, current ? current->alignment : kRounding);
     // The upstream guarantees kMinAlignment; stricter planned alignments need slack to align
     // the base.
     arena->segment_bytes =
-        arena->size + (max_alignment > kMinAlignment ? max_alignment - kMinAlignment : 0);
-    if (!reserve(*arena)) {
-      slots.clear();
-      events_of_plan.clear();
-      return;
+        arena->size + (arena->alignment > kMinAlignment ? arena->alignment - kMinAlignment : 0);
+    // The old memory goes first, so that the upstream never holds both; should the new
+    // arena be refused, the plans there are keep one of the old shape, reserved again at
+    // the next begin_step().
+    std::unique_ptr<Arena> old_shape;
+    if (current) {
+      old_shape = std::make_unique<Arena>();
+      old_shape->stream = current->stream;
+      old_shape->size = current->size;
+      old_shape->alignment = current->alignment;
+      old_shape->segment_bytes = current->segment_bytes;
+      retire_arena();
     }
-    for (std::size_t i = 0; i < planned_slots.size(); ++i) {
-      slots[planned_slots[i]].offset = static_cast<std::size_t>(result.plan.offsets[i]);
-      arena->offsets.push_back(slots[planned_slots[i]].offset);
+    if (reserve(*arena)) {
+      current = std::move(arena);
+      return true;
     }
-    std::sort(arena->offsets.begin(), arena->offsets.end());
-    arena->offsets.erase(std::unique(arena->offsets.begin(), arena->offsets.end()),
-                         arena->offsets.end());
-    for (Slot& s : slots) {
-      s.offset_index = static_cast<std::size_t>(
-          std::lower_bound(arena->offsets.begin(), arena->offsets.end(), s.offset) -
-          arena->offsets.begin());
-      arena->rounded.push_back(s.rounded);
-    }
-    arena->occupant.assign(arena->offsets.size(), -1);
-    arena->requested.assign(slots.size(), 0);
-    current = std::move(arena);
+    if (!plans.empty()) current = std::move(old_shape);
+    return false;
   }
 
   // What the fallback pool caches, the recording cache outside a recording, and the arena
@@ -720,13 +832,13 @@ struct PlannedArena::Impl {
       segment.size = a.segment_bytes;
       segment.stream = a.stream;
       std::uintptr_t at = segment.address;
-      for (std::size_t i = 0; i < a.offsets.size(); ++i) {
+      for (std::size_t i = 0; i < a.occupant.size(); ++i) {
         if (a.occupant[i] < 0) continue;
         const auto k = static_cast<std::size_t>(a.occupant[i]);
-        const std::uintptr_t start = a.base + a.offsets[i];
+        const std::uintptr_t start = a.base + a.plan->offsets[i];
         if (start > at) segment.blocks.push_back({at, start - at, 0, BlockState::kFree});
-        segment.blocks.push_back({start, a.rounded[k], a.requested[k], BlockState::kLive});
-        at = start + a.rounded[k];
+        segment.blocks.push_back({start, a.rounded(k), a.requested[k], BlockState::kLive});
+        at = start + a.rounded(k);
       }
       const std::uintptr_t end = segment.address + segment.size;
       if (end > at) segment.blocks.push_back({at, end - at, 0, BlockState::kFree});
@@ -855,7 +967,12 @@ bool PlannedArena::in_step() const {
 
 bool PlannedArena::has_plan() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->current != nullptr;
+  return !impl_->plans.empty();
+}
+
+std::size_t PlannedArena::plan_count() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->plans.size();
 }
 
 std::size_t PlannedArena::planned_arena_size() const {
@@ -865,7 +982,11 @@ std::size_t PlannedArena::planned_arena_size() const {
 
 std::size_t PlannedArena::planned_events() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->current ? impl_->events_of_plan.size() : 0;
+  const auto& plans = impl_->plans;
+  const auto latest = std::max_element(plans.begin(), plans.end(), [](const auto& a, const auto& b) {
+    return a->last_used < b->last_used;
+  });
+  return latest == plans.end() ? 0 : (*latest)->events.size();
 }
 
 Stream PlannedArena::plan_stream() const { return impl_->plan_stream(); }

@@ -137,6 +137,7 @@ static void config_init_fills_the_defaults(void) {
   CHECK(config.consolidate_when_empty == true);
   CHECK(config.replan_after_divergent_steps == 3);
   CHECK(config.planned == false);
+  CHECK(config.max_plans == 4);
   sdalloc_pool_config_init(NULL); /* documented no-op: must not crash */
 }
 
@@ -485,11 +486,12 @@ static void trim_releases_cached_segments(void) {
 
 /* ------------------------------------------------------------------ steps */
 
-static sdalloc_pool_t* new_planned_pool(void) {
+static sdalloc_pool_t* new_planned_pool(size_t max_plans) {
   sdalloc_pool_config_t config;
   sdalloc_pool_config_init(&config);
   config.planned = true;
   config.replan_after_divergent_steps = 2;
+  config.max_plans = max_plans;
   sdalloc_pool_t* pool = NULL;
   CHECK_OK(sdalloc_pool_create(&config, &pool));
   if (pool == NULL) {
@@ -513,7 +515,7 @@ static void run_step(sdalloc_pool_t* pool, size_t first_size, void** first, void
 
 static void planned_pool_serves_repeated_steps_from_one_arena(void) {
   g_test = "planned_pool_serves_repeated_steps_from_one_arena";
-  sdalloc_pool_t* pool = new_planned_pool();
+  sdalloc_pool_t* pool = new_planned_pool(1);
   sdalloc_step_stats_t steps;
   memset(&steps, 0xCD, sizeof steps);
   steps.struct_size = sizeof steps;
@@ -542,7 +544,8 @@ static void planned_pool_serves_repeated_steps_from_one_arena(void) {
   CHECK(steps.recorded_allocations == 2);
   CHECK(steps.divergent_steps == 0);
 
-  /* Another size leaves the plan: served by the caching pool, counted; two in a row replan. */
+  /* With one plan at most, another size leaves the plan: served by the caching pool, counted;
+   * two in a row replan. */
   run_step(pool, 100 * KIB, &first, &second);
   run_step(pool, 100 * KIB, &first, &second);
   CHECK_OK(sdalloc_pool_step_stats(pool, &steps));
@@ -551,7 +554,7 @@ static void planned_pool_serves_repeated_steps_from_one_arena(void) {
   CHECK(!steps.has_plan);
   run_step(pool, 100 * KIB, &first, &second);
   CHECK_OK(sdalloc_pool_step_stats(pool, &steps));
-  CHECK(steps.has_plan && steps.arena_bytes == 100 * KIB);
+  CHECK(steps.has_plan && steps.arena_bytes == 100 * KIB && steps.plans == 1);
 
   sdalloc_stats_t stats;
   stats.struct_size = sizeof stats;
@@ -560,6 +563,26 @@ static void planned_pool_serves_repeated_steps_from_one_arena(void) {
   size_t released = 0;
   CHECK_OK(sdalloc_trim(pool, &released)); /* between steps the arena goes back too */
   CHECK(released >= 100 * KIB);
+  sdalloc_pool_destroy(pool);
+}
+
+static void planned_pool_keeps_a_plan_per_kind_of_step_in_one_arena(void) {
+  g_test = "planned_pool_keeps_a_plan_per_kind_of_step_in_one_arena";
+  sdalloc_pool_t* pool = new_planned_pool(4);
+  void* first = NULL;
+  void* second = NULL;
+  for (int round = 0; round < 3; ++round) {
+    run_step(pool, 64 * KIB, &first, &second);
+    run_step(pool, 100 * KIB, &first, &second);
+  }
+  sdalloc_step_stats_t steps;
+  steps.struct_size = sizeof steps;
+  CHECK_OK(sdalloc_pool_step_stats(pool, &steps));
+  CHECK(steps.plans == 2);
+  CHECK(steps.recorded_steps == 2);
+  CHECK(steps.planned_steps == 4);
+  CHECK(steps.divergent_steps == 0);
+  CHECK(steps.arena_bytes == 100 * KIB); /* shared: the larger plan's size */
   sdalloc_pool_destroy(pool);
 }
 
@@ -576,7 +599,7 @@ static void step_misuse_and_unplanned_pools_are_invalid_arguments(void) {
 
   CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_begin_step(NULL, NULL));
   CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_end_step(NULL));
-  sdalloc_pool_t* pool = new_planned_pool();
+  sdalloc_pool_t* pool = new_planned_pool(1);
   CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_end_step(pool));
   CHECK_MESSAGE("without begin_step");
   CHECK_OK(sdalloc_pool_begin_step(pool, NULL));
@@ -964,6 +987,7 @@ int main(void) {
   trim_releases_cached_segments();
 
   planned_pool_serves_repeated_steps_from_one_arena();
+  planned_pool_keeps_a_plan_per_kind_of_step_in_one_arena();
   step_misuse_and_unplanned_pools_are_invalid_arguments();
 
   stats_count_live_allocated_and_reserved_bytes();

@@ -236,7 +236,9 @@ TEST(PlannedArena, BufferKeptAcrossStepsMakesTheNextStepDivergent) {
 TEST(PlannedArena, ReplansAfterTheConfiguredDivergentStepsAndServesTheNewSequence) {
   HostResource host;
   StatsResource upstream(host);
-  PlannedArena arena(upstream, PlannedArenaOptions{.replan_after_divergent_steps = 2});
+  // One plan at most: a step of another kind diverges instead of being recorded beside it.
+  PlannedArena arena(upstream,
+                     PlannedArenaOptions{.replan_after_divergent_steps = 2, .max_plans = 1});
   const std::vector<Op> first = {A(0, 16 * kKiB), F(0)};
   const std::vector<Op> second = {A(0, 128 * kKiB), A(1, 128 * kKiB), F(0), F(1)};
   run_step(arena, first);
@@ -257,6 +259,58 @@ TEST(PlannedArena, ReplansAfterTheConfiguredDivergentStepsAndServesTheNewSequenc
   EXPECT_EQ(arena.counters().planned_allocations, before + 4);
   EXPECT_EQ(arena.counters().divergent_steps, 2u);
   EXPECT_EQ(arena.stats().segments, arena.fallback_pool().stats().segments + 1);  // old released
+}
+
+TEST(PlannedArena, StepsOfTwoShapesAreBothPlannedAndShareOneArena) {
+  HostResource host;
+  StatsResource upstream(host);
+  PlannedArena arena(upstream);
+  // Two image sizes: each step's first allocation tells them apart.
+  const std::vector<Op> small = {A(0, 16 * kKiB), A(1, 32 * kKiB), F(0), A(2, 8 * kKiB), F(1),
+                                 F(2)};
+  const std::vector<Op> large = {A(0, 64 * kKiB), A(1, 128 * kKiB), F(0), F(1)};
+  for (int round = 0; round < 4; ++round) {
+    run_step(arena, small);
+    run_step(arena, large);
+  }
+  const PlannedArenaCounters c = arena.counters();
+  EXPECT_EQ(arena.plan_count(), 2u);
+  EXPECT_EQ(c.recorded_steps, 2u);
+  EXPECT_EQ(c.planned_steps, 6u);
+  EXPECT_EQ(c.divergent_steps, 0u);
+  EXPECT_EQ(c.planned_allocations, 3u * 3 + 3u * 2);
+  // One arena, as large as the larger plan (192 KiB), not one per plan.
+  EXPECT_EQ(arena.planned_arena_size(), 192 * kKiB);
+  const std::size_t arena_reserved =
+      arena.stats().reserved_bytes - arena.fallback_pool().stats().reserved_bytes;
+  EXPECT_GE(arena_reserved, 192 * kKiB);
+  EXPECT_LE(arena_reserved, 192 * kKiB + CachingPool::kRounding);  // slack to align the base
+  EXPECT_EQ(run_step(arena, small), run_step(arena, small));
+}
+
+TEST(PlannedArena, AKindOfStepBeyondMaxPlansFallsBackUntilItReplacesTheLeastRecentPlan) {
+  HostResource host;
+  PlannedArena arena(host,
+                     PlannedArenaOptions{.replan_after_divergent_steps = 2, .max_plans = 2});
+  const std::vector<Op> a = {A(0, 4 * kKiB), F(0)};
+  const std::vector<Op> b = {A(0, 8 * kKiB), F(0)};
+  const std::vector<Op> c = {A(0, 12 * kKiB), F(0)};
+  run_step(arena, a);
+  run_step(arena, b);
+  run_step(arena, b);  // b is now the most recently followed, a the least
+  run_step(arena, c);  // no room, no match: divergent, from the fallback pool
+  EXPECT_EQ(arena.counters().divergent_steps, 1u);
+  EXPECT_EQ(arena.plan_count(), 2u);
+  run_step(arena, c);  // two in a row: a is dropped
+  EXPECT_EQ(arena.counters().replans, 1u);
+  EXPECT_EQ(arena.plan_count(), 1u);
+  run_step(arena, c);  // recorded
+  run_step(arena, c);  // planned
+  run_step(arena, b);  // still planned
+  EXPECT_EQ(arena.plan_count(), 2u);
+  EXPECT_EQ(arena.counters().recorded_steps, 3u);
+  EXPECT_EQ(arena.counters().divergent_steps, 2u);
+  EXPECT_EQ(arena.counters().planned_allocations, 3u);
 }
 
 TEST(PlannedArena, DroppedArenaIsReleasedWhenItsLastBufferIsFreed) {

@@ -15,14 +15,19 @@
 //    once. So the recording step never holds more than its own peak of live bytes (page
 //    rounding aside). Otherwise (false) the fallback CachingPool serves the recording.
 //    end_step() plans the recording, returns what the fallback pool has cached (trim),
-//    reserves ONE arena of the plan's size from the upstream resource, and the next step is
-//    served from it. A step with no allocations for the arena plans nothing; the next step
-//    records again.
+//    reserves ONE arena of the plan's size from the upstream resource (or a larger one in
+//    place of the arena the other plans share, see below), and later steps are served from
+//    it. A step with no allocations for the arena plans nothing.
 //  - Kept buffers: an allocation still live at the recording's end_step() is the loop's
 //    carried state (the next step's latents, freed during the next step). The plan serves
 //    it, in later steps, from the fallback pool (counted in kept_allocations), not from the
 //    arena: so every step begins with the arena empty, and its free - whenever it comes -
 //    is not an event of the plan.
+//  - Several kinds of step (other image or batch sizes): the first plan-stream allocation of
+//    a step picks the plan that begins with the same request (the most recently followed,
+//    if several do). A step that matches none is recorded as a new plan while fewer than
+//    `max_plans` exist; otherwise it is divergent. The plans share one arena, as large as
+//    the largest needs: steps never overlap, and every step begins with the arena empty.
 //  - In a planned step, the step follows the plan while each allocation and each free of an
 //    arena pointer is exactly the next event of the recording (an allocation: same size
 //    after rounding to CachingPool::kRounding and same alignment; a free: the buffer the
@@ -32,9 +37,10 @@
 //    fallback pool. A step that ends before the recording did is divergent too. Nothing fails.
 //  - A step that begins while arena memory is still live (a buffer kept across end_step) is
 //    divergent from its start, since its slots could overlap memory in use.
-//  - After `replan_after_divergent_steps` divergent steps in a row the plan is dropped and
-//    the next step is recorded again. The old arena is returned to the upstream resource as
-//    soon as none of its memory is live.
+//  - After `replan_after_divergent_steps` divergent steps in a row a plan is dropped: the
+//    plan those steps picked, or, for steps that matched none, the least recently followed
+//    one; a later step is recorded again. The arena goes back to the upstream resource with
+//    the last plan, as soon as none of its memory is live.
 // Allocations outside a step go to the fallback pool and are not recorded.
 //
 // Memory the caller gives back: free(ptr, stream) needs no byte count (the C API and the
@@ -49,16 +55,16 @@
 // its previous occupant is live. Once a step diverges no arena memory is handed out until the
 // next step, which starts with the arena empty.
 //
-// Streams: a plan is the sequence of one stream: options.plan_stream, or the stream given to
-// begin_step(stream) when a step is recorded. Requests on any other stream go straight to
-// the fallback pool and are neither recorded nor checked; a step begun on another stream
-// than its plan's is divergent. Arena memory is reused at once on the plan stream. Memory
+// Streams: the plans are sequences of one stream: options.plan_stream, or the stream given to
+// begin_step(stream) when the first plan is recorded. Requests on any other stream go
+// straight to the fallback pool and are neither recorded nor checked; a step begun on
+// another stream than the plans' is divergent (matching none). Arena memory is reused at once on the plan stream. Memory
 // also used by other streams - freed on another stream, or named in record_stream() - makes
 // its step divergent, and its slot is not reused before those streams' work, as of the
 // free, has completed (options.fallback.stream_events; begin_step() waits for it).
 //
 // Thread-safety: all members may be called concurrently. One mutex guards the recording, the
-// plan and the arena's bookkeeping; plan-stream requests and every free take it. Requests on
+// plans and the arena's bookkeeping; plan-stream requests and every free take it. Requests on
 // other streams only take the fallback pool's own locks.
 //
 // Errors (leave the object unchanged and usable): zero bytes -> nullptr; sizes and
@@ -66,9 +72,9 @@
 // alignment); a free of a pointer that is not live here -> InvalidPointer; a free with
 // another byte count -> InvalidArgument; begin_step() inside a step or end_step() outside
 // one -> InvalidArgument; record_stream() or allocation_size() of a pointer that is not
-// live here -> InvalidPointer. If the arena cannot be reserved at end_step() or again at
-// begin_step() after a trim (OutOfMemory upstream) the plan is discarded, counted in
-// arena_failures, and the next step records.
+// live here -> InvalidPointer. If the arena cannot be reserved (OutOfMemory upstream) at
+// end_step(), the new plan is discarded; at begin_step() after a trim, every plan is. Both
+// are counted in arena_failures, and a later step records.
 #pragma once
 
 #include <cstddef>
@@ -86,6 +92,7 @@ namespace sdalloc {
 
 struct PlannedArenaOptions {
   std::size_t replan_after_divergent_steps = 3;  // divergent steps in a row that drop a plan
+  std::size_t max_plans = 4;                     // plans kept at once (steps of other shapes)
   Stream plan_stream = kDefaultStream;           // the stream whose sequence is planned
   double planner_time_limit_seconds = 1.0;       // per plan, spent inside end_step()
   CachingPoolOptions fallback = {};              // options of the fallback pool
@@ -143,10 +150,11 @@ class PlannedArena final : public MemoryResource {
   Stream plan_stream() const;
 
   bool has_plan() const;
-  // Bytes the current plan needs (0 without a plan); the arena reserved may be slightly
-  // larger to align its base.
+  std::size_t plan_count() const;
+  // Bytes the largest plan needs: the shared arena (0 without a plan); the memory reserved
+  // may be slightly larger to align its base.
   std::size_t planned_arena_size() const;
-  // Events (allocations and frees) in the current plan's recording.
+  // Events (allocations and frees) in the most recently followed plan's recording.
   std::size_t planned_events() const;
 
   // Arena and fallback pool together: reserved includes the arena(s); current figures are

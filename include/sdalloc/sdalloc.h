@@ -161,6 +161,10 @@ typedef struct sdalloc_pool_config_t {
    * Default false. (It follows replan_after_divergent_steps so that it lies past the first
    * version's trailing padding, which callers of that version did not always zero.) */
   bool planned;
+  /* Planned pools: plans kept at once, one per kind of step (another image size, another
+   * batch); the step's first allocation picks its plan, and all share one arena as large as
+   * the largest. At least 1. Default 4. */
+  size_t max_plans;
 } sdalloc_pool_config_t;
 
 /* Fills *config with the defaults and sets struct_size. Does nothing if config is NULL.
@@ -242,10 +246,10 @@ SDALLOC_API sdalloc_status_t sdalloc_pool_end_step(sdalloc_pool_t* pool) SDALLOC
 /* What a planned pool has done with its steps. Set struct_size before the call. */
 typedef struct sdalloc_step_stats_t {
   size_t struct_size;            /* set by the caller: sizeof(sdalloc_step_stats_t) */
-  bool has_plan;                 /* a plan exists: the next step is served from it */
+  bool has_plan;                 /* a plan exists: a matching step is served from it */
   bool in_step;                  /* between begin_step and end_step now */
-  size_t arena_bytes;            /* the plan's arena size (0 without a plan) */
-  size_t planned_events;         /* allocations and frees in the plan's recording */
+  size_t arena_bytes;            /* the arena the plans share (0 without a plan) */
+  size_t planned_events;         /* allocations and frees in the latest plan's recording */
   uint64_t planned_allocations;  /* served from an arena */
   uint64_t kept_allocations;     /* planned, but kept past end_step: from the caching pool */
   uint64_t fallback_allocations; /* served by the caching pool otherwise */
@@ -255,6 +259,7 @@ typedef struct sdalloc_step_stats_t {
   uint64_t divergent_steps;      /* planned steps that left the recorded sequence */
   uint64_t replans;              /* plans dropped after too many divergent steps */
   uint64_t arena_failures;       /* plans dropped because the arena could not be reserved */
+  size_t plans;                  /* plans held now (at most config.max_plans) */
 } sdalloc_step_stats_t;
 
 /* Fills *stats. Errors: INVALID_ARGUMENT for a NULL pool or stats, a struct_size this

@@ -30,8 +30,10 @@
  *                                  steps are served from it by position (Python:
  *                                  `with sdalloc.torch.step():`). Buffers kept past a step
  *                                  ("kept", e.g. latents) come from the caching pool;
- *                                  record_stream works (on CUDA its step counts as
- *                                  divergent while the slot waits for the stream);
+ *                                  each kind of step (its first allocation tells) gets
+ *                                  its own plan, all in one shared arena;
+ *                                  record_stream works (its step counts as divergent
+ *                                  and the slot waits for the stream);
  *                                  empty_cache between steps releases the arena, which the
  *                                  next begin_step reserves again
  *   capacity               most bytes one device's pool may hold (0: no cap)
@@ -45,6 +47,7 @@
  *   consolidate            true|false (default true)
  *   replan_after           mode:planned: divergent steps in a row before the step is
  *                          recorded again, at least 1 (default 3)
+ *   max_plans              mode:planned: plans kept at once, at least 1 (default 4)
  * A malformed SDALLOC_CONF makes every allocation fail (nullptr) with a message naming the
  * key, readable with sdalloc_torch_last_error() and printed once to stderr.
  *

@@ -50,7 +50,8 @@ class PoolConfig(Structure):
                 ("min_segment_size", c_size_t), ("huge_threshold", c_size_t),
                 ("release_cached_before_growth", c_bool), ("consolidate_when_empty", c_bool),
                 # The header's order: `planned` follows, past the first version's padding.
-                ("replan_after_divergent_steps", c_size_t), ("planned", c_bool)]
+                ("replan_after_divergent_steps", c_size_t), ("planned", c_bool),
+                ("max_plans", c_size_t)]
 
 
 class Stats(Structure):
@@ -74,7 +75,7 @@ class StepStats(Structure):
         (name, c_uint64) for name in (
             "planned_allocations", "kept_allocations", "fallback_allocations",
             "recorded_allocations", "recorded_steps", "planned_steps", "divergent_steps",
-            "replans", "arena_failures")]
+            "replans", "arena_failures")] + [("plans", c_size_t)]
 
 
 class SegmentInfo(Structure):

@@ -21,7 +21,8 @@ Configuration keywords (both functions) are SDALLOC_CONF's keys (include/sdalloc
 backend ("cuda" | "host"), mode ("pool" | "async" | "vmm" | "planned"), capacity,
 memory_fraction, granularity, min_segment, huge_threshold, initial_reservation (ints are
 bytes; strings like "2MiB" also work), release_before_growth, consolidate (bools),
-replan_after (mode "planned": divergent steps in a row before the step is recorded again).
+replan_after (mode "planned": divergent steps in a row before the step is recorded again),
+max_plans (mode "planned": plans kept at once, one per kind of step).
 Keywords not given come from the SDALLOC_CONF environment variable, else the defaults.
 
 mode="planned" serves a repeated step (one denoising iteration) from one planned arena.
@@ -49,7 +50,7 @@ from ._native import SdallocError
 
 _CONFIG_KEYS = ("backend", "mode", "capacity", "memory_fraction", "granularity", "min_segment",
                 "huge_threshold", "initial_reservation", "release_before_growth",
-                "consolidate", "replan_after")
+                "consolidate", "replan_after", "max_plans")
 
 _installed = {"allocator": None, "conf": None}
 

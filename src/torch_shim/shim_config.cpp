@@ -43,7 +43,7 @@ std::size_t parse_count(std::string_view pair, std::string_view value) {
   std::size_t count = 0;
   const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), count);
   if (error != std::errc() || end != value.data() + value.size() || count == 0) {
-    bad(pair, "replan_after must be a whole number >= 1, got '" + std::string(value) + "'");
+    bad(pair, "expected a whole number >= 1, got '" + std::string(value) + "'");
   }
   return count;
 }
@@ -130,6 +130,8 @@ ShimConfig parse_shim_config(std::string_view text) {
         config.memory_fraction = parse_fraction(pair, value);
       } else if (key == "replan_after") {
         config.replan_after = parse_count(pair, value);
+      } else if (key == "max_plans") {
+        config.max_plans = parse_count(pair, value);
       } else if (key == "granularity") {
         config.pool.segment_granularity = parse_size(value);
       } else if (key == "min_segment") {
@@ -145,7 +147,7 @@ ShimConfig parse_shim_config(std::string_view text) {
       } else {
         bad(pair, "unknown key '" + std::string(key) +
                       "' (known: backend, mode, capacity, memory_fraction, replan_after, "
-                      "granularity, min_segment, huge_threshold, initial_reservation, "
+                      "max_plans, granularity, min_segment, huge_threshold, initial_reservation, "
                       "release_before_growth, consolidate)");
       }
     } catch (const InvalidArgument& e) {
@@ -204,6 +206,7 @@ std::string format_shim_config(const ShimConfig& c) {
     text += fraction;
   }
   text += ",replan_after:" + std::to_string(c.replan_after);
+  text += ",max_plans:" + std::to_string(c.max_plans);
   text += ",granularity:" + size_text(c.pool.segment_granularity);
   text += ",min_segment:" + size_text(c.pool.min_segment_size);
   text += ",huge_threshold:" + size_text(c.pool.huge_threshold);

@@ -28,6 +28,7 @@ struct ShimConfig {
   double memory_fraction = 0.0;  // of the device's memory (host: of capacity); 0: none
   CachingPoolOptions pool;       // granularity, segments, growth policy
   std::size_t replan_after = 3;  // mode:planned: divergent steps in a row before re-recording
+  std::size_t max_plans = 4;     // mode:planned: plans kept at once (kinds of step)
 };
 
 // Throws InvalidArgument as described above; checks the pool options too.

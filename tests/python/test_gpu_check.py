@@ -90,11 +90,12 @@ def test_table_notes_where_a_planned_run_served_its_steps(tmp_path):
         "step_stats": {"planned_allocations": 120, "kept_allocations": 0,
                        "fallback_allocations": 130, "recorded_allocations": 40,
                        "recorded_steps": 1, "planned_steps": 7, "divergent_steps": 4,
-                       "replans": 0, "arena_failures": 0, "arena_bytes": 80 * MiB}}))
+                       "replans": 0, "arena_failures": 0, "arena_bytes": 80 * MiB,
+                       "plans": 1}}))
     result = run([sys.executable, str(WORKLOAD), "table", str(path)])
     assert result.returncode == 0, result.stderr
     assert ("ok; steps: 120 planned, 0 kept, 130 fallback allocations; 4/7 planned steps "
-            "divergent, 1 recorded, 0 replans") in result.stdout
+            "divergent, 1 recorded, 0 replans, 1 plans") in result.stdout
 
 
 def test_failed_run_is_a_failed_row_and_a_failing_exit(tmp_path):
