@@ -663,8 +663,8 @@ struct PlannedArena::Impl {
     if (active != nullptr && !divergent && cursor != active->events.size()) diverge();
     const std::shared_ptr<StepPlan> followed = std::move(active);
     active.reset();
-    if (!divergent) {
-      followed->divergent_in_a_row = 0;
+    if (!divergent) {  // a step that followed no plan is always divergent; checked anyway
+      if (followed != nullptr) followed->divergent_in_a_row = 0;
       unmatched_in_a_row = 0;
       return;
     }
