@@ -7,8 +7,8 @@
 // PlannedArena over it (config.planned, the shim's mode:planned), or a VirtualMemoryPool
 // over a VirtualMemory (the shim's mode:vmm); HandlePool is the part of their interfaces the
 // C API calls, so every sdalloc_* function works on any of them. A VirtualMemoryPool has no
-// record_stream and no segment layout, and only a planned pool has steps: those calls fail
-// with InvalidArgument saying so.
+// segment layout, and only a planned pool has steps: those calls fail with InvalidArgument
+// saying so.
 //
 // sdalloc_pool_create builds host stacks; the shim (src/torch_shim/) builds device stacks.
 // Destruction releases top-down: the pool first (it returns its memory to what is under
@@ -66,13 +66,7 @@ class HandlePoolOf final : public HandlePool {
     return pool_.allocate(bytes, alignment, stream);
   }
   void free(void* ptr, Stream stream) override { pool_.free(ptr, stream); }
-  void record_stream(void* ptr, Stream stream) override {
-    if constexpr (requires { pool_.record_stream(ptr, stream); }) {
-      pool_.record_stream(ptr, stream);
-    } else {
-      throw InvalidArgument("record_stream is not supported by a virtual-memory pool (mode:vmm)");
-    }
-  }
+  void record_stream(void* ptr, Stream stream) override { pool_.record_stream(ptr, stream); }
   std::size_t allocation_size(const void* ptr) const override { return pool_.allocation_size(ptr); }
   std::size_t trim() override { return pool_.trim(); }
   PoolStats stats() const override { return pool_.stats(); }

@@ -737,6 +737,7 @@ struct VirtualMemoryPool::Impl {
       std::lock_guard lock(shard->mutex);
       Block* block = shard->find_live(addr);
       if (block == nullptr) continue;
+      if (block->other_streams != nullptr) break;  // their work first: free_slow waits for it
       check_size(block, ptr, expected_bytes);
       ref.live->bytes.sub(block->requested);
       shard->forget_live(block);
@@ -786,7 +787,7 @@ struct VirtualMemoryPool::Impl {
     }
   }
 
-  // Allocated on another stream, or not ours at all.
+  // Allocated on another stream, used by other streams (record_stream), or not ours at all.
   void free_slow(void* ptr, Stream stream, const std::size_t* expected_bytes) {
     const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
     for (PoolShard* owner : all_shards()) {
@@ -794,10 +795,18 @@ struct VirtualMemoryPool::Impl {
       Block* block = owner->find_live(addr);
       if (block == nullptr) continue;
       check_size(block, ptr, expected_bytes);
+      // Work on these streams may still use the block; the owner reuses it only after.
       detail::PendingFree entry{block, {}};
-      if (stream != owner->stream) {
-        const StreamEvents::Event e = events.record(stream);
+      auto wait_for = [&](Stream user) {
+        if (user == owner->stream) return;
+        const StreamEvents::Event e = events.record(user);
         if (e != StreamEvents::kNoEvent) entry.events.push_back(e);
+      };
+      wait_for(stream);
+      if (block->other_streams != nullptr) {
+        for (const Stream user : *block->other_streams) wait_for(user);
+        delete block->other_streams;
+        block->other_streams = nullptr;
       }
       live_of(*owner).bytes.sub(block->requested);
       if (entry.events.empty()) {
@@ -842,6 +851,25 @@ struct VirtualMemoryPool::Impl {
       if (const Block* block = shard->find_live(addr)) return block->requested;
     }
     throw InvalidPointer(name() + ": " + pointer_text(ptr) + " is " + describe_foreign(addr), ptr);
+  }
+
+  // --- record_stream ----------------------------------------------------------------------
+  void record_stream(void* ptr, Stream stream) {
+    if (ptr == nullptr) return;
+    const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
+    for (PoolShard* shard : all_shards()) {
+      std::lock_guard lock(shard->mutex);
+      Block* block = shard->find_live(addr);
+      if (block == nullptr) continue;
+      if (stream == shard->stream) return;
+      if (block->other_streams == nullptr) block->other_streams = new std::vector<Stream>();
+      std::vector<Stream>& users = *block->other_streams;
+      if (std::find(users.begin(), users.end(), stream) == users.end()) users.push_back(stream);
+      return;
+    }
+    throw InvalidPointer(name() + ": record_stream of " + pointer_text(ptr) + ", which is " +
+                             describe_foreign(addr),
+                         ptr);
   }
 
   // --- trim -------------------------------------------------------------------------------
@@ -1057,6 +1085,10 @@ struct VirtualMemoryPool::Impl {
     for (PoolShard* shard : all_shards()) {
       std::lock_guard lock(shard->mutex);
       shard->collect_pending(events, true);  // gives the events back
+      shard->live.for_each([](std::uintptr_t, Block* block) {
+        delete block->other_streams;
+        block->other_streams = nullptr;
+      });
       for (Segment* s = shard->segments; s != nullptr;) {
         Segment* next = s->next;
         auto* range = static_cast<VmRange*>(s);
@@ -1147,6 +1179,10 @@ void VirtualMemoryPool::do_deallocate(void* ptr, std::size_t bytes, Stream strea
 }
 
 void VirtualMemoryPool::free(void* ptr, Stream stream) { impl_->free(ptr, stream, nullptr); }
+
+void VirtualMemoryPool::record_stream(void* ptr, Stream stream) {
+  impl_->record_stream(ptr, stream);
+}
 
 std::size_t VirtualMemoryPool::allocation_size(const void* ptr) const {
   return impl_->allocation_size(ptr);

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "conformance/controlled_stream_events.hpp"
 #include "failing_virtual_memory.hpp"
 #include "sdalloc/errors.hpp"
 #include "sdalloc/host_virtual_memory.hpp"
@@ -353,6 +354,48 @@ TEST(VirtualMemoryPool, PagesMoveBetweenStreamsOnlyWhenNeeded) {
   EXPECT_EQ(pool.stats().live_bytes, 0u);
   EXPECT_EQ(pool.stats().streams, 2u);
   EXPECT_NO_THROW(pool.check_invariants());
+}
+
+TEST(VirtualMemoryPool, RecordStreamMakesTheFreeWaitForThatStream) {
+  conformance::ControlledStreamEvents events;
+  HostVirtualMemory memory;
+  VirtualMemoryPoolOptions options;
+  options.stream_events = &events;
+  VirtualMemoryPool pool(memory, options);
+  void* a = pool.allocate(kBlock, Stream{1});
+  pool.record_stream(a, Stream{3});
+  pool.record_stream(a, Stream{3});  // once per stream
+  pool.record_stream(a, Stream{1});  // its own stream: nothing to wait for
+  pool.free(a, Stream{1});
+  EXPECT_EQ(events.recorded(), 1u);
+  EXPECT_EQ(events.recorded_on(Stream{3}), 1u);
+  EXPECT_EQ(pool.stats().pending_free_bytes, kBlock);
+  // Until stream 3's work is done, a's memory is not handed out again.
+  void* b = pool.allocate(kBlock, Stream{1});
+  EXPECT_TRUE(static_cast<char*>(b) + kBlock <= static_cast<char*>(a) ||
+              static_cast<char*>(a) + kBlock <= static_cast<char*>(b));
+  events.complete_all();
+  pool.free(b, Stream{1});
+  EXPECT_GT(pool.trim(), 0u);  // collects the pending free, then gives the pages back
+  EXPECT_EQ(pool.stats().pending_free_bytes, 0u);
+  int on_stack = 0;
+  EXPECT_THROW(pool.record_stream(&on_stack, Stream{3}), InvalidPointer);
+  pool.record_stream(nullptr, Stream{3});  // a zero-byte allocation: nothing
+  EXPECT_EQ(pool.stats().live_bytes, 0u);
+  EXPECT_EQ(events.misuses(), 0u);
+  EXPECT_NO_THROW(pool.check_invariants());
+}
+
+TEST(VirtualMemoryPool, RecordStreamOnALiveBlockAtDestructionLeaksNothing) {
+  conformance::ControlledStreamEvents events;
+  HostVirtualMemory memory;
+  {
+    VirtualMemoryPoolOptions options;
+    options.stream_events = &events;
+    VirtualMemoryPool pool(memory, options);
+    pool.record_stream(pool.allocate(4 * kKiB, Stream{1}), Stream{2});  // left live
+  }
+  EXPECT_EQ(memory.physical_bytes(), 0u);  // and ASan sees no leak of the stream list
 }
 
 TEST(VirtualMemoryPool, DestructionReleasesEverything) {

@@ -210,8 +210,7 @@ SDALLOC_API sdalloc_status_t sdalloc_free(sdalloc_pool_t* pool, void* ptr,
 /* Declares that work on `stream` also uses the live allocation ptr (PyTorch's
  * record_stream): when it is freed, the pool also waits for that stream before reusing the
  * block elsewhere. ptr NULL (a zero-byte allocation) is a no-op. Errors: INVALID_ARGUMENT
- * (NULL pool, or a PyTorch shim mode:vmm pool, which does not support it); INVALID_POINTER
- * when ptr is not a live allocation of this pool. */
+ * (NULL pool); INVALID_POINTER when ptr is not a live allocation of this pool. */
 SDALLOC_API sdalloc_status_t sdalloc_record_stream(sdalloc_pool_t* pool, void* ptr,
                                                    sdalloc_stream_t stream) SDALLOC_NOEXCEPT;
 

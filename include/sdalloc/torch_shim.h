@@ -21,8 +21,8 @@
  *                          vmm   - VirtualMemoryPool: pages of physical memory mapped into
  *                                  reserved address ranges (cuMemCreate/cuMemMap; host:
  *                                  memfd), like PyTorch's expandable_segments; its cap is
- *                                  fixed at the pool's creation, it has no record_stream
- *                                  and no segment layout (snapshot) - both fail, saying so
+ *                                  fixed at the pool's creation, and it has no segment
+ *                                  layout (snapshot fails, saying so)
  *                          planned - a planned arena over a CachingPool (backend cuda or
  *                                  host): the allocations between sdalloc_pool_begin_step
  *                                  and sdalloc_pool_end_step on sdalloc_torch_pool(device)

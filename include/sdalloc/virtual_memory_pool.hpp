@@ -35,8 +35,9 @@
 // chunks it created are destroyed (the same holds when reserve, create or map throw).
 //
 // Streams: a block freed on its own stream is reused at once on that stream. A block freed
-// on another stream waits until that stream's event completes (StreamEvents) before its
-// memory counts as free, as in CachingPool. A page of stream S's range is moved elsewhere
+// on another stream, or named in record_stream() for other streams, waits until those
+// streams' events complete (StreamEvents) before its memory counts as free, as in
+// CachingPool. A page of stream S's range is moved elsewhere
 // only when S is idle (or, on the out-of-memory path, after waiting for S): unmap is given
 // S as the stream that last used it.
 //
@@ -141,6 +142,10 @@ class VirtualMemoryPool final : public MemoryResource {
   void free(void* ptr, Stream stream = kDefaultStream);
   // The size requested for a live allocation; InvalidPointer if ptr is not one.
   std::size_t allocation_size(const void* ptr) const;
+  // Declares that work on `stream` also uses the live allocation ptr (PyTorch's
+  // record_stream): its free waits for that stream too. A no-op for the allocation's own
+  // stream and for nullptr; InvalidPointer if ptr is not a live allocation.
+  void record_stream(void* ptr, Stream stream);
 
   // Unmaps every page that no allocation uses and destroys every spare chunk; answers the
   // physical bytes given back. Waits for pending cross-stream frees first.

@@ -210,7 +210,7 @@ void sdalloc_torch_record_stream(void* ptr, cudaStream_t stream) noexcept {
     if (pool == nullptr) continue;
     const sdalloc_status_t status = sdalloc_record_stream(pool, ptr, stream);
     if (status == SDALLOC_SUCCESS) return;
-    if (status != SDALLOC_ERROR_INVALID_POINTER) {  // the pool cannot do it at all (vmm)
+    if (status != SDALLOC_ERROR_INVALID_POINTER) {  // not "not mine": a real failure
       status_from_error(__func__, sdalloc_last_error(), status);
       report("record_stream ignored");
       return;

@@ -267,8 +267,11 @@ def test_vmm_mode_serves_from_virtual_memory_and_says_what_it_lacks(libraries):
     assert 5 * MiB <= s["reserved_bytes.all.current"] <= 64 * MiB
     assert c.sdalloc_torch_malloc(80 * MiB, 0, None) is None   # the physical cap
     assert b"out of memory" in c.sdalloc_torch_last_error().lower()
-    c.sdalloc_torch_record_stream(a, c_void_p(0x99))
-    assert b"record_stream is not supported by a virtual-memory pool" in c.sdalloc_torch_last_error()
+    c.sdalloc_torch_record_stream(c_void_p(0x10), c_void_p(0x99))   # foreign: a message
+    foreign = c.sdalloc_torch_last_error()
+    assert b"not a live allocation" in foreign, foreign
+    c.sdalloc_torch_record_stream(a, c_void_p(0x99))   # honoured (its free waits for 0x99 too)
+    assert c.sdalloc_torch_last_error() == foreign     # no new failure
     try:
         sdalloc.snapshot()
     except sdalloc.SdallocError as e:
