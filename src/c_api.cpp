@@ -201,6 +201,23 @@ void check_struct_size(const char* name, std::size_t size, std::size_t first, st
   }
 }
 
+// Answers a caller's versioned out-struct: `fill` sets the fields of a zeroed struct of this
+// library's version, and as much of it as the caller's struct_size covers is copied out (a
+// caller built against an older header has a shorter struct). NULL and an unknown size are
+// refused before `fill` runs; `type` names the struct in the message ("sdalloc_stats_t").
+template <typename Struct, typename Fill>
+void fill_versioned(Struct* out, const char* name, const char* type, std::size_t first_size,
+                    Fill&& fill) {
+  if (out == nullptr) throw sdalloc::InvalidArgument(std::string(name) + " is NULL");
+  const std::size_t size = out->struct_size;
+  check_struct_size(name, size, first_size, sizeof(Struct),
+                    ("set it to sizeof(" + std::string(type) + ") before the call").c_str());
+  Struct filled{};
+  fill(filled);
+  filled.struct_size = size;
+  std::memcpy(out, &filled, size);
+}
+
 // ------------------------------------------------------------------ tensors
 
 // The byte size of a C tensor shape, with the checks only the C side needs (ndim range,
@@ -375,28 +392,24 @@ sdalloc_status_t sdalloc_pool_step_stats(sdalloc_pool_t* pool,
                                          sdalloc_step_stats_t* stats) noexcept {
   return guarded(__func__, [&] {
     sdalloc::PlannedArena& arena = pool_of(pool).planned();
-    require(stats != nullptr, "stats is NULL");
-    const std::size_t size = stats->struct_size;
-    check_struct_size("stats", size, kStepStatsFirstSize, sizeof *stats,
-                      "set it to sizeof(sdalloc_step_stats_t) before the call");
-    const sdalloc::PlannedArenaCounters counters = arena.counters();
-    sdalloc_step_stats_t c{};
-    c.struct_size = size;
-    c.has_plan = arena.has_plan();
-    c.in_step = arena.in_step();
-    c.arena_bytes = arena.planned_arena_size();
-    c.planned_events = arena.planned_events();
-    c.planned_allocations = counters.planned_allocations;
-    c.kept_allocations = counters.kept_allocations;
-    c.fallback_allocations = counters.fallback_allocations;
-    c.recorded_allocations = counters.recorded_allocations;
-    c.recorded_steps = counters.recorded_steps;
-    c.planned_steps = counters.planned_steps;
-    c.divergent_steps = counters.divergent_steps;
-    c.replans = counters.replans;
-    c.arena_failures = counters.arena_failures;
-    c.plans = arena.plan_count();
-    std::memcpy(stats, &c, size);  // only what the caller's (possibly older) struct holds
+    fill_versioned(stats, "stats", "sdalloc_step_stats_t", kStepStatsFirstSize,
+                   [&](sdalloc_step_stats_t& c) {
+                     const sdalloc::PlannedArenaCounters counters = arena.counters();
+                     c.has_plan = arena.has_plan();
+                     c.in_step = arena.in_step();
+                     c.arena_bytes = arena.planned_arena_size();
+                     c.planned_events = arena.planned_events();
+                     c.planned_allocations = counters.planned_allocations;
+                     c.kept_allocations = counters.kept_allocations;
+                     c.fallback_allocations = counters.fallback_allocations;
+                     c.recorded_allocations = counters.recorded_allocations;
+                     c.recorded_steps = counters.recorded_steps;
+                     c.planned_steps = counters.planned_steps;
+                     c.divergent_steps = counters.divergent_steps;
+                     c.replans = counters.replans;
+                     c.arena_failures = counters.arena_failures;
+                     c.plans = arena.plan_count();
+                   });
   });
 }
 
@@ -405,37 +418,32 @@ sdalloc_status_t sdalloc_pool_step_stats(sdalloc_pool_t* pool,
 sdalloc_status_t sdalloc_pool_stats(sdalloc_pool_t* pool, sdalloc_stats_t* stats) noexcept {
   return guarded(__func__, [&] {
     sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
-    require(stats != nullptr, "stats is NULL");
-    const std::size_t size = stats->struct_size;
-    check_struct_size("stats", size, kStatsFirstSize, sizeof *stats,
-                      "set it to sizeof(sdalloc_stats_t) before the call");
-    const sdalloc::PoolStats s = handle_pool.stats();
-    sdalloc_stats_t c{};
-    c.struct_size = size;
-    c.live_bytes = s.live_bytes;
-    c.peak_live_bytes = s.peak_live_bytes;
-    c.allocated_bytes = s.allocated_bytes;
-    c.peak_allocated_bytes = s.peak_allocated_bytes;
-    c.reserved_bytes = s.reserved_bytes;
-    c.peak_reserved_bytes = s.peak_reserved_bytes;
-    c.live_allocations = s.live_allocations;
-    c.peak_live_allocations = s.peak_live_allocations;
-    c.allocations = s.allocations;
-    c.frees = s.frees;
-    c.segments = s.segments;
-    c.peak_segments = s.peak_segments;
-    c.segment_allocations = s.segment_allocations;
-    c.segment_releases = s.segment_releases;
-    c.free_bytes = s.free_bytes;
-    c.largest_free_block = s.largest_free_block;
-    c.pending_free_bytes = s.pending_free_bytes;
-    c.oom_retries = s.oom_retries;
-    c.ooms = s.ooms;
-    c.consolidations = s.consolidations;
-    c.streams = s.streams;
-    c.fragmentation = s.fragmentation();
-    c.peak_overhead_ratio = s.peak_overhead_ratio();
-    std::memcpy(stats, &c, size);  // only what the caller's (possibly older) struct holds
+    fill_versioned(stats, "stats", "sdalloc_stats_t", kStatsFirstSize, [&](sdalloc_stats_t& c) {
+      const sdalloc::PoolStats s = handle_pool.stats();
+      c.live_bytes = s.live_bytes;
+      c.peak_live_bytes = s.peak_live_bytes;
+      c.allocated_bytes = s.allocated_bytes;
+      c.peak_allocated_bytes = s.peak_allocated_bytes;
+      c.reserved_bytes = s.reserved_bytes;
+      c.peak_reserved_bytes = s.peak_reserved_bytes;
+      c.live_allocations = s.live_allocations;
+      c.peak_live_allocations = s.peak_live_allocations;
+      c.allocations = s.allocations;
+      c.frees = s.frees;
+      c.segments = s.segments;
+      c.peak_segments = s.peak_segments;
+      c.segment_allocations = s.segment_allocations;
+      c.segment_releases = s.segment_releases;
+      c.free_bytes = s.free_bytes;
+      c.largest_free_block = s.largest_free_block;
+      c.pending_free_bytes = s.pending_free_bytes;
+      c.oom_retries = s.oom_retries;
+      c.ooms = s.ooms;
+      c.consolidations = s.consolidations;
+      c.streams = s.streams;
+      c.fragmentation = s.fragmentation();
+      c.peak_overhead_ratio = s.peak_overhead_ratio();
+    });
   });
 }
 
@@ -491,19 +499,15 @@ sdalloc_status_t sdalloc_layout_segment(const sdalloc_layout_t* layout, std::siz
                                         sdalloc_segment_info_t* out) noexcept {
   return guarded(__func__, [&] {
     const sdalloc::SegmentLayout& s = segment_of(layout, segment);
-    require(out != nullptr, "out is NULL");
-    const std::size_t size = out->struct_size;
-    check_struct_size("out", size, kSegmentInfoFirstSize, sizeof *out,
-                      "set it to sizeof(sdalloc_segment_info_t) before the call");
-    sdalloc_segment_info_t info{};
-    info.struct_size = size;
-    info.address = s.address;
-    info.size = s.size;
-    info.stream = s.stream.as_native<void>();
-    info.block_count = s.blocks.size();
-    info.huge = s.huge;
-    info.pinned = s.pinned;
-    std::memcpy(out, &info, size);
+    fill_versioned(out, "out", "sdalloc_segment_info_t", kSegmentInfoFirstSize,
+                   [&](sdalloc_segment_info_t& info) {
+                     info.address = s.address;
+                     info.size = s.size;
+                     info.stream = s.stream.as_native<void>();
+                     info.block_count = s.blocks.size();
+                     info.huge = s.huge;
+                     info.pinned = s.pinned;
+                   });
   });
 }
 
@@ -516,18 +520,14 @@ sdalloc_status_t sdalloc_layout_block(const sdalloc_layout_t* layout, std::size_
           "block index " + std::to_string(block) + " is past the last block of segment " +
           std::to_string(segment) + " (it has " + std::to_string(s.blocks.size()) + ")");
     }
-    require(out != nullptr, "out is NULL");
-    const std::size_t size = out->struct_size;
-    check_struct_size("out", size, kBlockInfoFirstSize, sizeof *out,
-                      "set it to sizeof(sdalloc_block_info_t) before the call");
     const sdalloc::BlockLayout& b = s.blocks[block];
-    sdalloc_block_info_t info{};
-    info.struct_size = size;
-    info.address = b.address;
-    info.size = b.size;
-    info.requested = b.requested;
-    info.state = static_cast<sdalloc_block_state_t>(b.state);
-    std::memcpy(out, &info, size);
+    fill_versioned(out, "out", "sdalloc_block_info_t", kBlockInfoFirstSize,
+                   [&](sdalloc_block_info_t& info) {
+                     info.address = b.address;
+                     info.size = b.size;
+                     info.requested = b.requested;
+                     info.state = static_cast<sdalloc_block_state_t>(b.state);
+                   });
   });
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "conformance/controlled_stream_events.hpp"
+#include "layout_checks.hpp"
 #include "sdalloc/errors.hpp"
 #include "sdalloc/host_resource.hpp"
 #include "sdalloc/limit_resource.hpp"
@@ -225,34 +226,6 @@ TEST(PlannedArenaPipeline, AStepOnAnotherStreamDivergesAndEnoughOfThemReplanTher
   EXPECT_EQ(arena.counters().divergent_steps, 2u);
 }
 
-void expect_layout_matches_stats(const PlannedArena& arena) {
-  const PoolLayout layout = arena.layout();
-  const PoolStats stats = arena.stats();
-  std::size_t reserved = 0, allocated = 0, requested = 0;
-  for (std::size_t i = 0; i < layout.segments.size(); ++i) {
-    const SegmentLayout& s = layout.segments[i];
-    if (i > 0) {
-      EXPECT_LT(layout.segments[i - 1].address, s.address) << "address order";
-    }
-    std::uintptr_t at = s.address;
-    for (const BlockLayout& b : s.blocks) {
-      EXPECT_EQ(b.address, at) << "blocks tile the segment without gaps";
-      at += b.size;
-      if (b.state == BlockState::kLive) {
-        allocated += b.size;
-        requested += b.requested;
-      } else {
-        EXPECT_EQ(b.requested, 0u);
-      }
-    }
-    EXPECT_EQ(at, s.address + s.size);
-    reserved += s.size;
-  }
-  EXPECT_EQ(reserved, stats.reserved_bytes);
-  EXPECT_EQ(allocated, stats.allocated_bytes);
-  EXPECT_EQ(requested, stats.live_bytes);
-}
-
 TEST(PlannedArenaPipeline, LayoutTilesArenasDirectBlocksAndPoolSegmentsAndMatchesStats) {
   HostResource host;
   PlannedArena arena(host);
@@ -260,19 +233,19 @@ TEST(PlannedArenaPipeline, LayoutTilesArenasDirectBlocksAndPoolSegmentsAndMatche
   arena.begin_step();
   void* a = arena.allocate(40 * kKiB);
   void* b = arena.allocate(3000, 4096, kDefaultStream);  // over-aligned: slack in its block
-  expect_layout_matches_stats(arena);                   // recording: direct blocks
+  test::expect_layout_matches_stats(arena);              // recording: direct blocks
   arena.free(a);
   void* c = arena.allocate(20 * kKiB);
-  expect_layout_matches_stats(arena);  // and one cached for reuse
+  test::expect_layout_matches_stats(arena);  // and one cached for reuse
   arena.free(b);
   arena.free(c);
   arena.end_step();
-  expect_layout_matches_stats(arena);  // the arena, empty
+  test::expect_layout_matches_stats(arena);  // the arena, empty
 
   arena.begin_step();
   a = arena.allocate(40 * kKiB);
   b = arena.allocate(3000, 4096, kDefaultStream);
-  expect_layout_matches_stats(arena);  // the arena with live buffers
+  test::expect_layout_matches_stats(arena);  // the arena with live buffers
   arena.free(a);
   c = arena.allocate(20 * kKiB);
   arena.free(b);
@@ -281,7 +254,7 @@ TEST(PlannedArenaPipeline, LayoutTilesArenasDirectBlocksAndPoolSegmentsAndMatche
   EXPECT_EQ(arena.counters().planned_allocations, 3u);
   arena.free(outside);
   arena.trim();
-  expect_layout_matches_stats(arena);
+  test::expect_layout_matches_stats(arena);
   EXPECT_TRUE(arena.layout().segments.empty());
 }
 

@@ -29,7 +29,7 @@ using Failure = FailingVirtualMemory::Failure;
 
 constexpr std::size_t kKiB = std::size_t{1} << 10;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr std::size_t kPage = 64 * kKiB;  // the default page size on the host
+constexpr std::size_t kPage = 64 * kKiB;      // the default page size on the host
 constexpr std::size_t kBlock = 3 * kMiB / 2;  // a large-class block of exactly 24 pages
 
 // What a test holds: pointer -> (size, pattern). Every byte of an allocation is written
@@ -73,8 +73,7 @@ class Holdings {
 
 // The figures a failed call must leave as they were.
 struct Snapshot {
-  explicit Snapshot(const VirtualMemoryPool& pool)
-      : stats(pool.stats()), vm(pool.vm_stats()) {}
+  explicit Snapshot(const VirtualMemoryPool& pool) : stats(pool.stats()), vm(pool.vm_stats()) {}
   PoolStats stats;
   VirtualMemoryPoolStats vm;
 };
@@ -119,9 +118,10 @@ TEST(VirtualMemoryPool, SmallAndLargeRequestsUseSeparateRanges) {
   VirtualMemoryPool pool(memory);
   void* small = pool.allocate(4 * kKiB);
   void* large = pool.allocate(4 * kMiB);
-  const auto distance = reinterpret_cast<std::uintptr_t>(large) > reinterpret_cast<std::uintptr_t>(small)
-                            ? reinterpret_cast<std::uintptr_t>(large) - reinterpret_cast<std::uintptr_t>(small)
-                            : reinterpret_cast<std::uintptr_t>(small) - reinterpret_cast<std::uintptr_t>(large);
+  const auto distance =
+      reinterpret_cast<std::uintptr_t>(large) > reinterpret_cast<std::uintptr_t>(small)
+          ? reinterpret_cast<std::uintptr_t>(large) - reinterpret_cast<std::uintptr_t>(small)
+          : reinterpret_cast<std::uintptr_t>(small) - reinterpret_cast<std::uintptr_t>(large);
   EXPECT_GE(distance, pool.options().range_size) << "two ranges, far apart";
   EXPECT_EQ(pool.vm_stats().ranges, 2u);
   pool.free(small);
@@ -208,8 +208,7 @@ TEST(VirtualMemoryPool, RemappedPagesNeverAliasLiveAllocations) {
 TEST(VirtualMemoryPool, AtTheCapFreePagesAreRemappedBeforeFailing) {
   HostVirtualMemory memory;
   // Growing freely below the cap (remap_before_growth off), so only the OOM path moves pages.
-  VirtualMemoryPool pool(memory, {.max_physical_bytes = 10 * kBlock,
-                                  .remap_before_growth = false});
+  VirtualMemoryPool pool(memory, {.max_physical_bytes = 10 * kBlock, .remap_before_growth = false});
   Holdings held;
   std::vector<void*> blocks;
   for (int i = 0; i < 10; ++i) {
@@ -356,12 +355,16 @@ TEST(VirtualMemoryPool, PagesMoveBetweenStreamsOnlyWhenNeeded) {
   EXPECT_NO_THROW(pool.check_invariants());
 }
 
+VirtualMemoryPoolOptions with_events(StreamEvents& events) {
+  VirtualMemoryPoolOptions options;
+  options.stream_events = &events;
+  return options;
+}
+
 TEST(VirtualMemoryPool, RecordStreamMakesTheFreeWaitForThatStream) {
   conformance::ControlledStreamEvents events;
   HostVirtualMemory memory;
-  VirtualMemoryPoolOptions options;
-  options.stream_events = &events;
-  VirtualMemoryPool pool(memory, options);
+  VirtualMemoryPool pool(memory, with_events(events));
   void* a = pool.allocate(kBlock, Stream{1});
   pool.record_stream(a, Stream{3});
   pool.record_stream(a, Stream{3});  // once per stream
@@ -390,9 +393,7 @@ TEST(VirtualMemoryPool, RecordStreamOnALiveBlockAtDestructionLeaksNothing) {
   conformance::ControlledStreamEvents events;
   HostVirtualMemory memory;
   {
-    VirtualMemoryPoolOptions options;
-    options.stream_events = &events;
-    VirtualMemoryPool pool(memory, options);
+    VirtualMemoryPool pool(memory, with_events(events));
     pool.record_stream(pool.allocate(4 * kKiB, Stream{1}), Stream{2});  // left live
   }
   EXPECT_EQ(memory.physical_bytes(), 0u);  // and ASan sees no leak of the stream list
@@ -402,7 +403,7 @@ TEST(VirtualMemoryPool, DestructionReleasesEverything) {
   HostVirtualMemory memory;
   {
     VirtualMemoryPool pool(memory);
-    (void)pool.allocate(3 * kMiB);           // left live on purpose
+    (void)pool.allocate(3 * kMiB);  // left live on purpose
     pool.free(pool.allocate(100, 512, Stream{4}));
   }
   EXPECT_EQ(memory.physical_bytes(), 0u);
@@ -500,7 +501,8 @@ TEST(VirtualMemoryPool, InjectedFailuresAtEveryStepLeaveThePoolConsistent) {
         } catch (const Error& e) {
           EXPECT_EQ(kind.failure, Failure::kError) << e.what();
           EXPECT_TRUE(Contains(e.what(), "injected " + std::string(kind.step_name) + " failure"));
-          EXPECT_TRUE(Contains(e.what(), kind.step == Step::kReserve ? "reserving" : kind.step_name));
+          EXPECT_TRUE(
+              Contains(e.what(), kind.step == Step::kReserve ? "reserving" : kind.step_name));
         }
         if (ptr == nullptr) {
           EXPECT_TRUE(memory.fired(kind.step) || kind.step == Step::kCreate)
