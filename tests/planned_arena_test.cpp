@@ -288,6 +288,31 @@ TEST(PlannedArena, StepsOfTwoShapesAreBothPlannedAndShareOneArena) {
   EXPECT_EQ(run_step(arena, small), run_step(arena, small));
 }
 
+// Two image sizes whose steps begin alike (the time embedding comes first and does not depend
+// on the image size), run one after the other as a user generates one image, then another:
+// the second kind diverges from the first kind's plan until replan_after steps in a row
+// replace that plan, and the same happens on the way back.
+TEST(PlannedArena, KindsThatBeginAlikeTakeOverThePlanAfterReplanAfterSteps) {
+  HostResource host;
+  PlannedArena arena(host, PlannedArenaOptions{.replan_after_divergent_steps = 2});
+  const std::vector<Op> small = {A(0, 4 * kKiB), A(1, 64 * kKiB), F(1), F(0)};
+  const std::vector<Op> large = {A(0, 4 * kKiB), A(1, 256 * kKiB), F(1), F(0)};
+  for (int i = 0; i < 5; ++i) run_step(arena, small);  // 1 recorded, 4 planned
+  for (int i = 0; i < 5; ++i) run_step(arena, large);  // 2 divergent, 1 recorded, 2 planned
+  PlannedArenaCounters c = arena.counters();
+  EXPECT_EQ(c.divergent_steps, 2u);
+  EXPECT_EQ(c.replans, 1u);
+  EXPECT_EQ(c.recorded_steps, 2u);
+  EXPECT_EQ(c.planned_allocations, 4u * 2 + 2 * 1 + 2u * 2);
+  EXPECT_EQ(arena.plan_count(), 1u);
+  for (int i = 0; i < 5; ++i) run_step(arena, small);  // and back
+  c = arena.counters();
+  EXPECT_EQ(c.divergent_steps, 4u);
+  EXPECT_EQ(c.recorded_steps, 3u);
+  EXPECT_EQ(arena.counters().replans, 2u);
+  EXPECT_EQ(arena.stats().live_bytes, 0u);
+}
+
 TEST(PlannedArena, AKindOfStepBeyondMaxPlansFallsBackUntilItReplacesTheLeastRecentPlan) {
   HostResource host;
   PlannedArena arena(host,

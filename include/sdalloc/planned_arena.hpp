@@ -28,6 +28,8 @@
 //    if several do). A step that matches none is recorded as a new plan while fewer than
 //    `max_plans` exist; otherwise it is divergent. The plans share one arena, as large as
 //    the largest needs: steps never overlap, and every step begins with the arena empty.
+//    Kinds of step that begin with the same request share one plan; the other kind diverges
+//    from it, and replaces it once it has diverged replan_after_divergent_steps in a row.
 //  - In a planned step, the step follows the plan while each allocation and each free of an
 //    arena pointer is exactly the next event of the recording (an allocation: same size
 //    after rounding to CachingPool::kRounding and same alignment; a free: the buffer the
