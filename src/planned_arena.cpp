@@ -64,11 +64,11 @@ struct Arena {
   Stream stream;            // the plan stream: arena memory is reused there at once
   std::size_t segment_bytes = 0;
   std::uintptr_t base = 0;
-  std::size_t size = 0;       // the largest plan's size
-  std::size_t alignment = 0;  // the strictest planned alignment: base's
-  std::shared_ptr<const StepPlan> plan;    // whose buffers occupy it (kept alive while they do)
-  std::vector<std::int64_t> occupant;  // per plan offset: live slot or -1
-  std::vector<std::size_t> requested;  // per plan slot: bytes asked for while live
+  std::size_t size = 0;                  // the largest plan's size
+  std::size_t alignment = 0;             // the strictest planned alignment: base's
+  std::shared_ptr<const StepPlan> plan;  // whose buffers occupy it (kept alive while they do)
+  std::vector<std::int64_t> occupant;    // per plan offset: live slot or -1
+  std::vector<std::size_t> requested;    // per plan slot: bytes asked for while live
   std::size_t live_count = 0;
   std::size_t live_bytes = 0;
   std::size_t allocated_bytes = 0;
@@ -160,11 +160,11 @@ struct PlannedArena::Impl {
 
   // The step in progress.
   bool in_step = false;
-  bool choosing = false;   // plans exist; the step's first allocation picks one
-  bool recording = false;  // the step is being recorded
-  bool divergent = false;  // the step left its plan (or matched none)
+  bool choosing = false;             // plans exist; the step's first allocation picks one
+  bool recording = false;            // the step is being recorded
+  bool divergent = false;            // the step left its plan (or matched none)
   std::shared_ptr<StepPlan> active;  // the plan the step follows
-  std::size_t cursor = 0;        // next event of the plan the step must match
+  std::size_t cursor = 0;            // next event of the plan the step must match
   // The recording: slot k is its k-th allocation.
   std::vector<Slot> rec_slots;
   std::vector<Event> rec_events;
@@ -180,7 +180,7 @@ struct PlannedArena::Impl {
   std::size_t direct_held_bytes = 0;      // raw bytes of direct_live and recording_cache
   std::size_t direct_live_raw_bytes = 0;  // raw bytes of direct_live
   std::size_t direct_live_rounded_bytes = 0;
-  std::size_t direct_live_bytes = 0;  // requested bytes of direct_live
+  std::size_t direct_live_bytes = 0;           // requested bytes of direct_live
   std::size_t direct_peak_live_raw_bytes = 0;  // bounds the recording cache (make_room)
   std::size_t direct_peak_held_bytes = 0;      // this and the next: statistics only
   std::size_t direct_peak_rounded_bytes = 0;
@@ -352,18 +352,18 @@ struct PlannedArena::Impl {
     recording_cache.clear();
   }
 
-  // Events on the other streams that used ptr (record_stream), which the free must honour.
-  std::vector<StreamEvents::Event> record_users(void* ptr) {
-    std::vector<StreamEvents::Event> recorded;
+  // Appends to `recorded` an event on each other stream that used ptr (record_stream),
+  // which the free must honour, and forgets them; false when record_stream never named ptr.
+  bool record_users(void* ptr, std::vector<StreamEvents::Event>& recorded) {
     const auto it = used_on.find(ptr);
-    if (it == used_on.end()) return recorded;
+    if (it == used_on.end()) return false;
     for (const Stream s : it->second) {
       if (const StreamEvents::Event e = events.record(s); e != StreamEvents::kNoEvent) {
         recorded.push_back(e);
       }
     }
     used_on.erase(it);
-    return recorded;
+    return true;
   }
 
   void check_size(std::optional<std::size_t> bytes, std::size_t requested) const {
@@ -382,7 +382,9 @@ struct PlannedArena::Impl {
     check_size(bytes, d.requested);
     // Another stream may still use it: its block is neither cached nor released before that
     // work is done. Rare (record_stream during a recorded step), so the free simply waits.
-    for (const StreamEvents::Event e : record_users(ptr)) {
+    std::vector<StreamEvents::Event> users;
+    record_users(ptr, users);
+    for (const StreamEvents::Event e : users) {
       events.synchronize(e);
       events.release(e);
     }
@@ -542,8 +544,8 @@ struct PlannedArena::Impl {
     }
     const auto k = static_cast<std::size_t>(slot);
     check_size(bytes, arena.requested[k]);
-    const bool named_elsewhere = used_on.contains(reinterpret_cast<void*>(addr));
-    std::vector<StreamEvents::Event> users = record_users(reinterpret_cast<void*>(addr));
+    std::vector<StreamEvents::Event> users;
+    const bool named_elsewhere = record_users(reinterpret_cast<void*>(addr), users);
     // Diverges whether or not an event was needed (host streams have none), so a step
     // behaves the same on every backend.
     const bool used_elsewhere = named_elsewhere || !(stream == arena.stream);
@@ -722,7 +724,9 @@ struct PlannedArena::Impl {
       ++counters.prefault_failures;
     }
     arena.base = round_up(reinterpret_cast<std::uintptr_t>(arena.segment), arena.alignment);
-    arena_peak_segments = std::max(arena_peak_segments, arena_count());
+    // A new arena is not current yet: count it with the ones held.
+    arena_peak_segments =
+        std::max(arena_peak_segments, arena_count() + (&arena == current.get() ? 0 : 1));
     return true;
   }
 
@@ -782,38 +786,27 @@ struct PlannedArena::Impl {
     // the base.
     arena->segment_bytes =
         arena->size + (arena->alignment > kMinAlignment ? arena->alignment - kMinAlignment : 0);
-    // The old memory goes first, so that the upstream never holds both; should the new
-    // arena be refused, the plans there are keep one of the old shape, reserved again at
-    // the next begin_step().
-    std::unique_ptr<Arena> old_shape;
-    if (current) {
-      old_shape = std::make_unique<Arena>();
-      old_shape->stream = current->stream;
-      old_shape->size = current->size;
-      old_shape->alignment = current->alignment;
-      old_shape->segment_bytes = current->segment_bytes;
-      retire_arena();
+    // An empty old arena's memory goes first, so that the upstream never holds both. Should
+    // the new arena be refused, the old one stays for the plans there are (reserved again
+    // at the next begin_step() if it was released here).
+    if (current && current->live_count == 0) release(*current);
+    if (!reserve(*arena)) {
+      if (plans.empty()) retire_arena();
+      return false;
     }
-    if (reserve(*arena)) {
-      current = std::move(arena);
-      return true;
-    }
-    if (!plans.empty()) current = std::move(old_shape);
-    return false;
+    retire_arena();  // released above, or kept until the buffers still in it are freed
+    current = std::move(arena);
+    return true;
   }
 
-  // What the fallback pool caches, the recording cache outside a recording, and the arena
-  // when no step is in progress and none of its memory is live (the plan stays: the next
-  // begin_step reserves the arena again). Lets a pipeline give the denoiser's arena back
-  // before its next stage (the VAE) the way torch.cuda.empty_cache() gives back a cache.
+  // What the fallback pool caches, and the arena when no step is in progress and none of its memory
+  // is live (the plan stays: the next begin_step reserves the arena again). Lets a pipeline give
+  // the denoiser's arena back before its next stage (the VAE) the way torch.cuda.empty_cache()
+  // gives back a cache.
   std::size_t trim() {
     std::size_t released = 0;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (!recording) {
-        for (const auto& [raw_bytes, raw] : recording_cache) released += raw_bytes;
-        release_recording_cache();
-      }
       if (!in_step && current && current->reserved() && current->live_count == 0) {
         released += current->segment_bytes;
         release(*current);
@@ -858,7 +851,8 @@ struct PlannedArena::Impl {
       }
       segment.blocks.push_back({start, d.rounded, d.requested, BlockState::kLive});
       if (end > start + d.rounded) {
-        segment.blocks.push_back({start + d.rounded, end - start - d.rounded, 0, BlockState::kFree});
+        segment.blocks.push_back(
+            {start + d.rounded, end - start - d.rounded, 0, BlockState::kFree});
       }
       result.segments.push_back(std::move(segment));
     }
@@ -983,9 +977,9 @@ std::size_t PlannedArena::planned_arena_size() const {
 std::size_t PlannedArena::planned_events() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   const auto& plans = impl_->plans;
-  const auto latest = std::max_element(plans.begin(), plans.end(), [](const auto& a, const auto& b) {
-    return a->last_used < b->last_used;
-  });
+  const auto latest =
+      std::max_element(plans.begin(), plans.end(),
+                       [](const auto& a, const auto& b) { return a->last_used < b->last_used; });
   return latest == plans.end() ? 0 : (*latest)->events.size();
 }
 
