@@ -71,6 +71,18 @@ class Holdings {
   unsigned next_ = 0;
 };
 
+// Ten kBlock blocks, every other one freed again: 60 free pages in five gaps of 24, none big
+// enough for a 6 MiB request (96 pages). Answers the ten pointers (the even ones freed).
+std::vector<void*> allocate_ten_and_free_every_other(VirtualMemoryPool& pool, Holdings& held) {
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10; ++i) {
+    blocks.push_back(pool.allocate(kBlock));
+    held.add(blocks.back(), kBlock);
+  }
+  for (int i = 0; i < 10; i += 2) pool.deallocate(blocks[i], held.remove(blocks[i]));
+  return blocks;
+}
+
 // The figures a failed call must leave as they were.
 struct Snapshot {
   explicit Snapshot(const VirtualMemoryPool& pool) : stats(pool.stats()), vm(pool.vm_stats()) {}
@@ -135,12 +147,7 @@ TEST(VirtualMemoryPool, FragmentedFreePagesAreStitchedUnderANewRequest) {
   HostVirtualMemory memory;
   VirtualMemoryPool pool(memory);
   Holdings held;
-  std::vector<void*> blocks;
-  for (int i = 0; i < 10; ++i) {
-    blocks.push_back(pool.allocate(kBlock));
-    held.add(blocks.back(), kBlock);
-  }
-  for (int i = 0; i < 10; i += 2) pool.deallocate(blocks[i], held.remove(blocks[i]));
+  std::vector<void*> blocks = allocate_ten_and_free_every_other(pool, held);
   // 4 more pages of room: 5 x 24 = 120 free pages, 96 needed.
   const VirtualMemoryPoolStats before = pool.vm_stats();
   void* big = pool.allocate(6 * kMiB);
@@ -210,12 +217,7 @@ TEST(VirtualMemoryPool, AtTheCapFreePagesAreRemappedBeforeFailing) {
   // Growing freely below the cap (remap_before_growth off), so only the OOM path moves pages.
   VirtualMemoryPool pool(memory, {.max_physical_bytes = 10 * kBlock, .remap_before_growth = false});
   Holdings held;
-  std::vector<void*> blocks;
-  for (int i = 0; i < 10; ++i) {
-    blocks.push_back(pool.allocate(kBlock));
-    held.add(blocks.back(), kBlock);
-  }
-  for (int i = 0; i < 10; i += 2) pool.deallocate(blocks[i], held.remove(blocks[i]));
+  allocate_ten_and_free_every_other(pool, held);
   void* big = pool.allocate(6 * kMiB);  // 96 pages, 60 free ones to move, cap reached
   held.add(big, 6 * kMiB);
   EXPECT_TRUE(held.intact());
@@ -536,12 +538,7 @@ TEST(VirtualMemoryPool, MapFailureDuringStitchingRollsBack) {
   FailingVirtualMemory memory(real);
   VirtualMemoryPool pool(memory, {.max_physical_bytes = 10 * kBlock});
   Holdings held;
-  std::vector<void*> blocks;
-  for (int i = 0; i < 10; ++i) {
-    blocks.push_back(pool.allocate(kBlock));
-    held.add(blocks.back(), kBlock);
-  }
-  for (int i = 0; i < 10; i += 2) pool.deallocate(blocks[i], held.remove(blocks[i]));
+  allocate_ten_and_free_every_other(pool, held);
   const Snapshot before(pool);
   memory.fail(Step::kMap, 50, Failure::kError);
   EXPECT_THROW((void)pool.allocate(6 * kMiB), Error);
