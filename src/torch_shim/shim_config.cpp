@@ -1,9 +1,11 @@
 // shim_config.cpp - parsing and printing SDALLOC_CONF.
 #include "shim_config.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <set>
 #include <string>
 #include <system_error>
@@ -12,6 +14,16 @@
 
 namespace sdalloc::torch_shim {
 namespace {
+
+// Every mode and its name in SDALLOC_CONF: what parsing accepts and printing writes.
+struct ModeName {
+  Mode mode;
+  std::string_view name;
+};
+constexpr ModeName kModes[] = {{Mode::kPool, "pool"},
+                               {Mode::kAsync, "async"},
+                               {Mode::kVmm, "vmm"},
+                               {Mode::kPlanned, "planned"}};
 
 std::string_view trim(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
@@ -113,17 +125,10 @@ ShimConfig parse_shim_config(std::string_view text) {
           bad(pair, "backend must be cuda or host");
         }
       } else if (key == "mode") {
-        if (value == "pool") {
-          config.mode = Mode::kPool;
-        } else if (value == "async") {
-          config.mode = Mode::kAsync;
-        } else if (value == "vmm") {
-          config.mode = Mode::kVmm;
-        } else if (value == "planned") {
-          config.mode = Mode::kPlanned;
-        } else {
-          bad(pair, "mode must be pool, async, vmm or planned");
-        }
+        const auto* known = std::find_if(std::begin(kModes), std::end(kModes),
+                                         [&](const ModeName& m) { return m.name == value; });
+        if (known == std::end(kModes)) bad(pair, "mode must be pool, async, vmm or planned");
+        config.mode = known->mode;
       } else if (key == "capacity") {
         config.capacity = parse_size(value);
       } else if (key == "memory_fraction") {
@@ -184,19 +189,11 @@ ShimConfig parse_shim_config(std::string_view text) {
 std::string format_shim_config(const ShimConfig& c) {
   std::string text;
   text += c.backend == Backend::kCuda ? "backend:cuda" : "backend:host";
-  switch (c.mode) {
-    case Mode::kPool:
-      text += ",mode:pool";
-      break;
-    case Mode::kAsync:
-      text += ",mode:async";
-      break;
-    case Mode::kVmm:
-      text += ",mode:vmm";
-      break;
-    case Mode::kPlanned:
-      text += ",mode:planned";
-      break;
+  for (const ModeName& m : kModes) {
+    if (m.mode == c.mode) {
+      text += ",mode:";
+      text += m.name;
+    }
   }
   text += ",capacity:" + size_text(c.capacity);
   if (c.memory_fraction > 0.0) {
