@@ -102,7 +102,8 @@ struct sdalloc_pool {
                sdalloc::CachingPoolOptions options)
       : resources(std::move(stack)), events(std::move(stream_events)) {
     options.stream_events = events.get();
-    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::CachingPool>>(*resources.back(), options);
+    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::CachingPool>>(*resources.back(),
+                                                                                 options);
   }
   // A PlannedArena on stack.back(); its fallback pool uses `stream_events`.
   sdalloc_pool(std::vector<std::unique_ptr<sdalloc::MemoryResource>> stack,
@@ -110,7 +111,8 @@ struct sdalloc_pool {
                sdalloc::PlannedArenaOptions options)
       : resources(std::move(stack)), events(std::move(stream_events)) {
     options.fallback.stream_events = events.get();
-    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::PlannedArena>>(*resources.back(), options);
+    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::PlannedArena>>(*resources.back(),
+                                                                                  options);
   }
   // A VirtualMemoryPool over `memory`.
   sdalloc_pool(std::unique_ptr<sdalloc::VirtualMemory> memory,
@@ -118,7 +120,8 @@ struct sdalloc_pool {
                sdalloc::VirtualMemoryPoolOptions options)
       : virtual_memory(std::move(memory)), events(std::move(stream_events)) {
     options.stream_events = events.get();
-    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::VirtualMemoryPool>>(*virtual_memory, options);
+    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::VirtualMemoryPool>>(
+        *virtual_memory, options);
   }
   sdalloc_pool(const sdalloc_pool&) = delete;
   sdalloc_pool& operator=(const sdalloc_pool&) = delete;

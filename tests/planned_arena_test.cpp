@@ -266,8 +266,8 @@ TEST(PlannedArena, StepsOfTwoShapesAreBothPlannedAndShareOneArena) {
   StatsResource upstream(host);
   PlannedArena arena(upstream);
   // Two image sizes: each step's first allocation tells them apart.
-  const std::vector<Op> small = {A(0, 16 * kKiB), A(1, 32 * kKiB), F(0), A(2, 8 * kKiB), F(1),
-                                 F(2)};
+  const std::vector<Op> small = {
+      A(0, 16 * kKiB), A(1, 32 * kKiB), F(0), A(2, 8 * kKiB), F(1), F(2)};
   const std::vector<Op> large = {A(0, 64 * kKiB), A(1, 128 * kKiB), F(0), F(1)};
   for (int round = 0; round < 4; ++round) {
     run_step(arena, small);
@@ -315,8 +315,7 @@ TEST(PlannedArena, KindsThatBeginAlikeTakeOverThePlanAfterReplanAfterSteps) {
 
 TEST(PlannedArena, AKindOfStepBeyondMaxPlansFallsBackUntilItReplacesTheLeastRecentPlan) {
   HostResource host;
-  PlannedArena arena(host,
-                     PlannedArenaOptions{.replan_after_divergent_steps = 2, .max_plans = 2});
+  PlannedArena arena(host, PlannedArenaOptions{.replan_after_divergent_steps = 2, .max_plans = 2});
   const std::vector<Op> a = {A(0, 4 * kKiB), F(0)};
   const std::vector<Op> b = {A(0, 8 * kKiB), F(0)};
   const std::vector<Op> c = {A(0, 12 * kKiB), F(0)};

@@ -60,10 +60,10 @@
 // Streams: the plans are sequences of one stream: options.plan_stream, or the stream given to
 // begin_step(stream) when the first plan is recorded. Requests on any other stream go
 // straight to the fallback pool and are neither recorded nor checked; a step begun on
-// another stream than the plans' is divergent (matching none). Arena memory is reused at once on the plan stream. Memory
-// also used by other streams - freed on another stream, or named in record_stream() - makes
-// its step divergent, and its slot is not reused before those streams' work, as of the
-// free, has completed (options.fallback.stream_events; begin_step() waits for it).
+// another stream than the plans' is divergent (matching none). Arena memory is reused at once on
+// the plan stream. Memory also used by other streams - freed on another stream, or named in
+// record_stream() - makes its step divergent, and its slot is not reused before those streams'
+// work, as of the free, has completed (options.fallback.stream_events; begin_step() waits for it).
 //
 // Thread-safety: all members may be called concurrently. One mutex guards the recording, the
 // plans and the arena's bookkeeping; plan-stream requests and every free take it. Requests on
