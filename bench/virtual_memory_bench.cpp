@@ -20,8 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "sdalloc/host_virtual_memory.hpp"
-#include "sdalloc/virtual_memory_pool.hpp"
+#include "sdalloc/resources/host_virtual_memory.hpp"
+#include "sdalloc/policies/virtual_memory_pool.hpp"
 
 namespace {
 

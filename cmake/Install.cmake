@@ -34,6 +34,10 @@ endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/sdalloc
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development
   FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" ${_sdalloc_cuda_headers})
+# The forwarders at the headers' pre-layer paths (<sdalloc/caching_pool.hpp> and the like),
+# for one release.
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/compat/sdalloc
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development FILES_MATCHING PATTERN "*.hpp")
 install(FILES ${PROJECT_BINARY_DIR}/include/sdalloc/version.hpp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sdalloc COMPONENT development)
 

@@ -156,7 +156,7 @@ typedef struct sdalloc_pool_config_t {
    * pool records the allocations made between sdalloc_pool_begin_step and
    * sdalloc_pool_end_step once, plans every buffer an offset in one arena as small as the
    * step's peak of live bytes allows, and serves later steps from it by position (see
-   * PlannedArena in sdalloc/planned_arena.hpp). Allocations outside steps, on other streams,
+   * PlannedArena in sdalloc/policies/planned_arena.hpp). Allocations outside steps, on other streams,
    * or after a step left the recorded sequence come from the caching pool configured above.
    * Default false. (It follows replan_after_divergent_steps so that it lies past the first
    * version's trailing padding, which callers of that version did not always zero.) */

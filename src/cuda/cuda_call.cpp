@@ -2,7 +2,7 @@
 #include "cuda_call.hpp"
 
 #include "sdalloc/cuda/cuda_error.hpp"
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::cuda::detail {
 

@@ -12,7 +12,7 @@
 #include "driver_api.hpp"
 #include "driver_virtual_memory.hpp"
 #include "sdalloc/cuda/cuda_error.hpp"
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::cuda {
 

@@ -6,7 +6,7 @@
 #include "sdalloc/cuda/cuda_async_resource.hpp"
 #include "sdalloc/cuda/cuda_resource.hpp"
 #include "sdalloc/cuda/pinned_host_resource.hpp"
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::cuda {
 

@@ -6,7 +6,8 @@
 
 #include "cuda_call.hpp"
 #include "sdalloc/cuda/cuda_error.hpp"
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
+#include "core/bits.hpp"
 
 namespace sdalloc::cuda {
 
@@ -22,7 +23,6 @@ std::string hex(std::uintptr_t address) {
   return "0x" + out;
 }
 
-bool is_power_of_two(std::size_t n) { return n != 0 && (n & (n - 1)) == 0; }
 
 }  // namespace
 

@@ -17,7 +17,7 @@
 
 #include "driver_api.hpp"
 #include "sdalloc/cuda/cuda_virtual_memory.hpp"
-#include "sdalloc/virtual_memory.hpp"
+#include "sdalloc/core/virtual_memory.hpp"
 
 namespace sdalloc::cuda {
 

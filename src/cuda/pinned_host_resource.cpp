@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "cuda_call.hpp"
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::cuda {
 

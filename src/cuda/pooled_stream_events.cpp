@@ -3,7 +3,7 @@
 
 #include <utility>
 
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::cuda {
 

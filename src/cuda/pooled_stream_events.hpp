@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "sdalloc/cuda/cuda_stream_events.hpp"
-#include "sdalloc/stream_events.hpp"
+#include "sdalloc/core/stream_events.hpp"
 
 namespace sdalloc::cuda {
 

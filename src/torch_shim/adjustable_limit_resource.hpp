@@ -1,6 +1,6 @@
 // adjustable_limit_resource.hpp - a capacity cap that can be changed while in use.
 //
-// LimitResource (sdalloc/limit_resource.hpp) fixes its cap at construction; PyTorch's
+// LimitResource (sdalloc/resources/limit_resource.hpp) fixes its cap at construction; PyTorch's
 // torch.cuda.set_per_process_memory_fraction() may change a device's cap at any time, after
 // the pool exists. AdjustableLimitResource keeps the cap in an atomic: a request that would
 // take the bytes handed out above the cap throws OutOfMemory (as a full device would), and
@@ -12,8 +12,8 @@
 #include <cstddef>
 #include <string>
 
-#include "sdalloc/errors.hpp"
-#include "sdalloc/resource.hpp"
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/core/resource.hpp"
 
 namespace sdalloc::torch_shim {
 

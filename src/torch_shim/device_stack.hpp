@@ -18,7 +18,7 @@
 #include <memory>
 
 #include "adjustable_limit_resource.hpp"
-#include "c_pool.hpp"
+#include "c_api/c_pool.hpp"
 #include "shim_config.hpp"
 
 namespace sdalloc::torch_shim {

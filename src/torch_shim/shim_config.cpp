@@ -10,7 +10,7 @@
 #include <string>
 #include <system_error>
 
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::torch_shim {
 namespace {

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "sdalloc/caching_pool.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
 
 namespace sdalloc::torch_shim {
 

@@ -25,7 +25,7 @@
 #include <string>
 
 #include "device_stack.hpp"
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
 #include "shim_config.hpp"
 
 namespace {

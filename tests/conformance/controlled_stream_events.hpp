@@ -17,7 +17,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "sdalloc/stream_events.hpp"
+#include "sdalloc/core/stream_events.hpp"
 
 namespace sdalloc::conformance {
 

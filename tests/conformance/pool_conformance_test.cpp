@@ -19,7 +19,7 @@
 #include "conformance/random_sequence.hpp"
 #include "conformance/reference_model.hpp"
 #include "conformance/resource_configurations.hpp"
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::conformance {
 namespace {

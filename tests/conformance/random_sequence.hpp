@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "conformance/reference_model.hpp"
-#include "sdalloc/resource.hpp"
+#include "sdalloc/core/resource.hpp"
 
 namespace sdalloc::conformance {
 

@@ -27,7 +27,7 @@
 #include <string>
 #include <utility>
 
-#include "sdalloc/stream.hpp"
+#include "sdalloc/core/stream.hpp"
 
 namespace sdalloc::conformance {
 

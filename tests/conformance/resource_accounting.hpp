@@ -20,11 +20,11 @@
 #include <unordered_map>
 
 #include "conformance/reference_model.hpp"
-#include "sdalloc/caching_pool.hpp"
-#include "sdalloc/event_trace.hpp"
-#include "sdalloc/limit_resource.hpp"
-#include "sdalloc/stats_resource.hpp"
-#include "sdalloc/trace_resource.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/trace/event_trace.hpp"
+#include "sdalloc/resources/limit_resource.hpp"
+#include "sdalloc/resources/stats_resource.hpp"
+#include "sdalloc/resources/trace_resource.hpp"
 
 namespace sdalloc::conformance {
 

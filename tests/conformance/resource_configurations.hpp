@@ -23,14 +23,14 @@
 
 #include "conformance/reference_model.hpp"
 #include "conformance/resource_accounting.hpp"
-#include "sdalloc/caching_pool.hpp"
-#include "sdalloc/host_resource.hpp"
-#include "sdalloc/host_virtual_memory.hpp"
-#include "sdalloc/limit_resource.hpp"
-#include "sdalloc/planned_arena.hpp"
-#include "sdalloc/stats_resource.hpp"
-#include "sdalloc/trace_resource.hpp"
-#include "sdalloc/virtual_memory_pool.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/resources/host_resource.hpp"
+#include "sdalloc/resources/host_virtual_memory.hpp"
+#include "sdalloc/resources/limit_resource.hpp"
+#include "sdalloc/policies/planned_arena.hpp"
+#include "sdalloc/resources/stats_resource.hpp"
+#include "sdalloc/resources/trace_resource.hpp"
+#include "sdalloc/policies/virtual_memory_pool.hpp"
 
 namespace sdalloc::conformance {
 

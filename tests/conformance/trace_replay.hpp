@@ -21,9 +21,9 @@
 #include <cstdint>
 #include <unordered_map>
 
-#include "sdalloc/errors.hpp"
-#include "sdalloc/event_trace.hpp"
-#include "sdalloc/stream.hpp"
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/trace/event_trace.hpp"
+#include "sdalloc/core/stream.hpp"
 
 namespace sdalloc::conformance {
 

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "conformance/trace_replay.hpp"
-#include "sdalloc/errors.hpp"
-#include "sdalloc/event_trace.hpp"
-#include "sdalloc/host_virtual_memory.hpp"
-#include "sdalloc/virtual_memory_pool.hpp"
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/trace/event_trace.hpp"
+#include "sdalloc/resources/host_virtual_memory.hpp"
+#include "sdalloc/policies/virtual_memory_pool.hpp"
 
 namespace sdalloc::conformance {
 namespace {

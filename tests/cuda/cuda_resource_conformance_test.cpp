@@ -21,9 +21,9 @@
 #include "sdalloc/cuda/cuda_resource.hpp"
 #include "sdalloc/cuda/device_resource.hpp"
 #include "sdalloc/cuda/pinned_host_resource.hpp"
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
 #include "stream_gate.hpp"
-#include "test_support.hpp"
+#include "support/test_support.hpp"
 
 namespace sdalloc::cuda {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cuda_device_check.hpp"
-#include "sdalloc/caching_pool.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/cuda/cuda_resource.hpp"
 #include "sdalloc/cuda/cuda_stream_events.hpp"
 #include "stream_gate.hpp"

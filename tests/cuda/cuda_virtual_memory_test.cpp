@@ -15,7 +15,7 @@
 
 #include "cuda_device_check.hpp"
 #include "sdalloc/cuda/cuda_virtual_memory.hpp"
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
 #include "stream_gate.hpp"
 
 namespace sdalloc::cuda {

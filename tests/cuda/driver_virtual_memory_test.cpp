@@ -17,8 +17,8 @@
 #include "driver_virtual_memory.hpp"
 #include "fake_driver.hpp"
 #include "sdalloc/cuda/cuda_error.hpp"
-#include "sdalloc/errors.hpp"
-#include "test_support.hpp"
+#include "sdalloc/core/errors.hpp"
+#include "support/test_support.hpp"
 
 namespace sdalloc::cuda {
 namespace {

@@ -17,7 +17,7 @@
 #include "sdalloc/cuda/device_resource.hpp"
 #include "sdalloc/cuda/pinned_host_resource.hpp"
 #include "sdalloc/cuda/runtime.hpp"
-#include "test_support.hpp"
+#include "support/test_support.hpp"
 
 namespace sdalloc::cuda {
 namespace {

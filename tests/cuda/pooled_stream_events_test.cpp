@@ -13,9 +13,9 @@
 
 #include "fake_event_backend.hpp"
 #include "pooled_stream_events.hpp"
-#include "sdalloc/caching_pool.hpp"
-#include "sdalloc/errors.hpp"
-#include "sdalloc/host_resource.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/resources/host_resource.hpp"
 
 namespace sdalloc::cuda {
 namespace {

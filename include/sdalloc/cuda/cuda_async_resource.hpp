@@ -34,7 +34,7 @@
 #include <limits>
 #include <string>
 
-#include "sdalloc/resource.hpp"
+#include "sdalloc/core/resource.hpp"
 
 namespace sdalloc::cuda {
 

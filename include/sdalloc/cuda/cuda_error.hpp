@@ -7,13 +7,13 @@
 //    insufficient for CUDA runtime version): no usable CUDA driver or device here"
 // `call` and `code` carry the same facts for programs (code is the cudaError_t value, or the
 // CUresult value for driver calls, which name themselves "cu...").
-// Out of device memory is OutOfMemory (sdalloc/errors.hpp), like every other resource's.
+// Out of device memory is OutOfMemory (sdalloc/core/errors.hpp), like every other resource's.
 #pragma once
 
 #include <string>
 #include <utility>
 
-#include "sdalloc/errors.hpp"
+#include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::cuda {
 

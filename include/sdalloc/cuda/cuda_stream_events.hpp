@@ -1,6 +1,6 @@
 // sdalloc/cuda/cuda_stream_events.hpp - CUDA events for a pool's cross-stream frees.
 //
-// CudaStreamEvents is the StreamEvents hook (sdalloc/stream_events.hpp) for device memory.
+// CudaStreamEvents is the StreamEvents hook (sdalloc/core/stream_events.hpp) for device memory.
 // Give one to a CachingPool over device memory of the same device:
 //
 //   sdalloc::cuda::CudaResource device_memory(0);
@@ -31,7 +31,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "sdalloc/stream_events.hpp"
+#include "sdalloc/core/stream_events.hpp"
 
 namespace sdalloc::cuda {
 

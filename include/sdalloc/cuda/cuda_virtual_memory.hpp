@@ -1,6 +1,6 @@
 // sdalloc/cuda/cuda_virtual_memory.hpp - VirtualMemory on a CUDA device (cuMem* driver API).
 //
-// CudaVirtualMemory implements the VirtualMemory interface (sdalloc/virtual_memory.hpp) for
+// CudaVirtualMemory implements the VirtualMemory interface (sdalloc/core/virtual_memory.hpp) for
 // one device, so a VirtualMemoryPool can stitch device memory the way it stitches host pages:
 //  - reserve / release:  cuMemAddressReserve / cuMemAddressFree (address space only).
 //  - create / destroy:   cuMemCreate (pinned device memory of `device`) / cuMemRelease.
@@ -47,7 +47,7 @@
 #include <string>
 #include <vector>
 
-#include "sdalloc/virtual_memory.hpp"
+#include "sdalloc/core/virtual_memory.hpp"
 
 namespace sdalloc::cuda {
 

@@ -25,7 +25,7 @@
 #include <cstddef>
 #include <string>
 
-#include "sdalloc/resource.hpp"
+#include "sdalloc/core/resource.hpp"
 
 namespace sdalloc::cuda {
 

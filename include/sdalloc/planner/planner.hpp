@@ -1,0 +1,111 @@
+// sdalloc/planner/planner.hpp - static memory planning: give every buffer of a known schedule an
+// offset in one arena.
+//
+// A Buffer lives in the half-open time interval [lower, upper) and needs `size` bytes at an
+// offset that is a multiple of `alignment`. Two buffers conflict when their lifetimes
+// intersect (a.lower < b.upper && b.lower < a.upper: one ending at t and one starting at t
+// may share memory); conflicting buffers must not overlap in [offset, offset + size).
+// A Plan gives each buffer (same index as the input) its offset; arena_size is the highest
+// offset + size, the bytes the arena must have.
+//
+// plan() runs the published heuristics (greedy by size as TFLite's arena planner, by
+// lifetime and by area, and best fit as XLA's heap simulator) and then a MiniMalloc-style
+// search (Moffitt, ASPLOS 2023) over "canonical" solutions - each buffer at the lowest
+// offset its already placed neighbours allow, placed in non-decreasing offset order - with
+// pruning by per-section lower bounds. It respects a time budget and always returns the
+// best plan found, validated. With a capacity it looks for a plan that fits and stops as
+// soon as it has one; without, it minimises the arena down to lower_bound().
+//
+// Errors: malformed input (upper <= lower, size 0, alignment not a power of two, duplicate
+// ids) is an InvalidArgument naming the buffer. validate() throws InvalidArgument naming
+// the two conflicting buffer ids. Everything here is pure computation and thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/trace/event_trace.hpp"
+
+namespace sdalloc {
+
+struct Buffer {
+  std::uint64_t id;
+  std::int64_t lower;  // first time unit the buffer is live
+  std::int64_t upper;  // first time unit it is no longer live (exclusive)
+  std::uint64_t size;
+  std::uint64_t alignment = 1;  // power of two
+};
+
+struct Plan {
+  std::vector<std::uint64_t> offsets;  // one per buffer, same order as the input
+  std::uint64_t arena_size = 0;        // max over buffers of offset + size (0 when empty)
+};
+
+// The orders the greedy placement can take buffers in. Each places a buffer at the lowest
+// aligned offset (or, for kBestFit, the tightest gap) free of the time-conflicting buffers
+// placed before it.
+enum class GreedyOrder : std::uint8_t {
+  kSize,      // largest first (TFLite's arena planner)
+  kLifetime,  // longest lifetime first
+  kArea,      // largest size * lifetime first
+  kBestFit,   // largest first, into the smallest gap that holds it (XLA's heap simulator)
+};
+
+struct PlanProgress {
+  double seconds;            // since plan() started
+  std::uint64_t best_arena;  // best plan so far
+  std::uint64_t lower_bound;
+  std::uint64_t nodes;  // search nodes visited
+};
+
+struct PlannerOptions {
+  std::uint64_t capacity = 0;  // 0: no limit, minimise; else look for a plan within it
+  double time_limit_seconds = 10.0;
+  bool use_heuristics = true;  // run the greedy orders first
+  bool use_search = true;      // then the canonical search
+  // Called about once a second while the search runs (nullptr: never).
+  std::function<void(const PlanProgress&)> progress = nullptr;
+};
+
+struct PlanResult {
+  Plan plan;
+  std::uint64_t lower_bound = 0;
+  bool fits = false;     // plan.arena_size <= capacity (always true without a capacity)
+  bool optimal = false;  // the arena equals the lower bound, or the search proved minimality
+  bool timed_out = false;
+  std::string method;  // what found the plan returned: "greedy-size", "search", ...
+  double seconds = 0.0;
+  std::uint64_t search_nodes = 0;
+};
+
+// Throws InvalidArgument on malformed buffers (see above).
+void check_buffers(std::span<const Buffer> buffers);
+// Max over time of the sum of sizes of the buffers live then: no plan can be smaller.
+std::uint64_t lower_bound(std::span<const Buffer> buffers);
+// Throws InvalidArgument if the plan has the wrong length, an offset is misaligned,
+// arena_size is not max(offset + size), or two conflicting buffers overlap in space (the
+// message names both ids). O(n log n + conflicts checked) sweep.
+void validate(std::span<const Buffer> buffers, const Plan& plan);
+
+// One greedy placement in the given order.
+Plan plan_greedy(std::span<const Buffer> buffers, GreedyOrder order);
+// The heuristics, then the search, within options' time limit; the result is validated.
+PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options = {});
+
+// Interval problems on disk. MiniMalloc's CSV: header `id,lower,upper,size` (an optional
+// fifth column `offset` is ignored), one buffer per line; errors are InvalidArgument
+// "<source>:<line>: <what is wrong>".
+std::vector<Buffer> parse_interval_csv(std::istream& in, const std::string& source_name);
+std::vector<Buffer> read_interval_csv(const std::string& path);
+// Writes `id,lower,upper,size,offset`.
+void write_plan_csv(std::span<const Buffer> buffers, const Plan& plan, std::ostream& out);
+// An event trace as intervals, time = event index: an allocation at event i freed at event
+// j lives in [i, j); one never freed lives until the end of the trace (events.size()).
+std::vector<Buffer> buffers_from_trace(const EventTrace& trace);
+
+}  // namespace sdalloc

@@ -1,0 +1,86 @@
+// sdalloc/resources/host_virtual_memory.hpp - VirtualMemory on Linux host memory (memfd + mmap).
+//
+// HostVirtualMemory implements the VirtualMemory interface (virtual_memory.hpp) with plain
+// Linux calls, so a VirtualMemoryPool can be built, tested and measured on any machine:
+//  - reserve: mmap(PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE): address space
+//    only, no memory, no commit charge. Alignments above 4 KiB over-reserve and trim.
+//  - create: a range of one memfd (memfd_create), the object's "physical memory". Chunks are
+//    extents of that one file (so a pool with thousands of chunks holds one descriptor); the
+//    file is sparse, and a chunk's pages exist only once written. destroy punches the
+//    extent out (fallocate(FALLOC_FL_PUNCH_HOLE)), which frees its pages, and the extent is
+//    reused by the next create of the same size.
+//  - map: mmap(MAP_FIXED | MAP_SHARED) of the chunk's extent over the reserved addresses.
+//    Remapping a chunk elsewhere keeps its pages in the page cache: touching them again is
+//    a minor fault (no allocation, no zeroing), cheaper than fresh anonymous memory.
+//  - unmap: mmap(PROT_NONE, MAP_FIXED) over the mapping, which turns it back into reserved
+//    space atomically (munmap would open a hole another thread's mmap could land in).
+//
+// The object keeps a table of its ranges, mappings and chunks and checks every call
+// against the rules of virtual_memory.hpp: a map outside a reserved range or over a
+// mapping, an unmap that does not match a mapping, destroying a mapped chunk or releasing a
+// range with mappings in it throw InvalidArgument before any system call, so a bug in a
+// pool cannot clobber unrelated memory with MAP_FIXED. The CUDA driver rejects the same
+// misuse. A destructor releases what the caller left behind.
+//
+// Granularity: the page size (4 KiB). Streams are ignored: the host queues no work.
+// Thread-safe: one mutex guards the tables; system calls are made outside it, except that
+// create/destroy keep the file's extent list under it.
+// Errors: as virtual_memory.hpp says; the message names the call, the sizes and errno.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "sdalloc/core/virtual_memory.hpp"
+
+namespace sdalloc {
+
+struct HostVirtualMemoryOptions {
+  // Most bytes of chunks that may exist at once (create throws OutOfMemory beyond); 0: no
+  // limit but the machine's. Simulates a device of that size.
+  std::size_t physical_limit = 0;
+  // Pre-fault the pages of a chunk when it is mapped (MAP_POPULATE). Costs one system call's
+  // worth of work per chunk instead of one fault per 4 KiB page on first touch, but also
+  // allocates pages the caller never touches. See docs/virtual_memory_pool.md for costs.
+  bool populate = false;
+};
+
+class HostVirtualMemory final : public VirtualMemory {
+ public:
+  static constexpr std::size_t kPageSize = 4096;
+
+  // Throws Error when the memfd cannot be created (no memfd_create: Linux < 3.17).
+  explicit HostVirtualMemory(HostVirtualMemoryOptions options = {});
+  ~HostVirtualMemory() override;
+
+  std::size_t granularity() const override { return kPageSize; }
+  void* reserve(std::size_t bytes, std::size_t alignment = 0) override;
+  void release(void* base, std::size_t bytes) override;
+  PhysicalChunk create(std::size_t bytes) override;
+  void destroy(PhysicalChunk chunk) override;
+  void map(void* address, PhysicalChunk chunk) override;
+  void unmap(void* address, std::size_t bytes, Stream last_use) override;
+  std::size_t physical_capacity() const override { return options_.physical_limit; }
+  std::string name() const override;
+
+  // Figures of what exists now: bytes of chunks created and not destroyed, bytes mapped,
+  // bytes of address space reserved.
+  std::size_t physical_bytes() const;
+  std::size_t mapped_bytes() const;
+  std::size_t reserved_bytes() const;
+  const HostVirtualMemoryOptions& options() const { return options_; }
+
+ private:
+  struct Tables;
+
+  HostVirtualMemoryOptions options_;
+  int fd_ = -1;
+  mutable std::mutex mutex_;
+  std::unique_ptr<Tables> tables_;
+};
+
+}  // namespace sdalloc

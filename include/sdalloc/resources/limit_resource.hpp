@@ -1,0 +1,42 @@
+// sdalloc/resources/limit_resource.hpp - a capacity cap that fails like a full device.
+//
+// LimitResource forwards to an upstream resource while the bytes it has handed out stay
+// within `capacity`; a request that would pass the cap throws OutOfMemory exactly as a GPU
+// with that much memory would, without touching the upstream. This is how to ask "does this
+// workload fit on an 8 GiB card?" on any machine:
+//     HostResource host;
+//     LimitResource card(host, 8ull << 30);
+//     CachingPool pool(card);
+// Thread-safe: the running total is an atomic, checked and updated with compare-exchange.
+// The upstream must outlive the adaptor.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <string>
+
+#include "sdalloc/core/resource.hpp"
+
+namespace sdalloc {
+
+class LimitResource final : public MemoryResource {
+ public:
+  LimitResource(MemoryResource& upstream, std::size_t capacity);
+
+  std::size_t capacity() const override { return capacity_; }
+  std::string name() const override;
+
+  std::size_t used() const { return used_.load(std::memory_order_relaxed); }
+  std::size_t available() const { return capacity_ - used(); }
+  MemoryResource& upstream() const { return upstream_; }
+
+ private:
+  void* do_allocate(std::size_t bytes, Stream stream) override;
+  void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
+
+  MemoryResource& upstream_;
+  const std::size_t capacity_;
+  std::atomic<std::size_t> used_{0};
+};
+
+}  // namespace sdalloc

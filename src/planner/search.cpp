@@ -1,0 +1,404 @@
+// The canonical search (after MiniMalloc, Moffitt, ASPLOS 2023; our own implementation). A
+// canonical plan puts every buffer at the lowest offset the time-conflicting buffers below
+// it allow. Listed by (offset, rank in a static order), each buffer's offset is then the
+// highest top of the conflicting buffers listed before it, so the search builds plans
+// bottom-up: at each node any unplaced buffer may go next, at its lowest possible offset,
+// provided (offset, rank) does not go below the previous placement's. Candidates are tried
+// lowest offset first.
+//
+// Pruning:
+//   section inference  time is cut into sections at every lower/upper; in each section the
+//                      floor (the lowest offset still usable: the top of what is placed, or
+//                      the lowest offset any unplaced buffer crossing it can take, if
+//                      higher) plus the bytes of its unplaced buffers must fit the capacity,
+//                      and no later buffer goes below the current offset;
+//   dominance          a candidate above the top of some unplaced buffer placed as low as it
+//                      can go would leave a gap under that buffer: skipped;
+//   hatless buffers    a buffer no unplaced buffer shares time with constrains nothing; if
+//                      placing it first fails, so does every other choice at this node;
+//   decomposition      placing a buffer can leave time points no unplaced buffer spans; the
+//                      parts on either side are then searched independently (and each is
+//                      re-ranked with the section totals it has now).
+// The static orders (by lifetime, area, fullest section crossed) are tried round robin with
+// a node budget that doubles each round, as MiniMalloc does.
+#include "planner/search.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace sdalloc::planner_detail {
+namespace {
+
+std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+struct Item {
+  std::size_t input;  // index in the caller's buffers
+  std::uint64_t size;
+  std::uint64_t alignment;
+  std::uint64_t lifetime;
+  std::uint32_t first_section;
+  std::uint32_t end_section;  // exclusive
+  std::vector<std::uint32_t> conflicts;
+};
+
+// The static orders tried in turn (MiniMalloc's "WAT", "TAW", "TWA"): by the fullest section
+// the buffer crosses (T), its lifetime (W) and its area (A), all descending.
+enum class Preorder : std::uint8_t { kWidthAreaTotal, kTotalAreaWidth, kTotalWidthArea };
+constexpr Preorder kPreorders[] = {Preorder::kWidthAreaTotal, Preorder::kTotalAreaWidth,
+                                   Preorder::kTotalWidthArea};
+
+enum class Outcome : std::uint8_t { kFound, kInfeasible, kOutOfTime, kOutOfNodes };
+
+// A set of unplaced buffers that no other unplaced buffer shares time with, over the
+// sections [first_section, end_section): it can be solved on its own.
+struct Partition {
+  std::vector<std::uint32_t> members;
+  std::uint32_t first_section;
+  std::uint32_t end_section;
+};
+
+class ComponentSearch {
+ public:
+  ComponentSearch(const std::vector<Item>& items, std::uint32_t sections, std::uint64_t capacity,
+                  std::chrono::steady_clock::time_point deadline,
+                  const std::function<void(std::uint64_t)>& tick, std::uint64_t& nodes)
+      : items_(items),
+        capacity_(capacity),
+        deadline_(deadline),
+        tick_(tick),
+        nodes_(nodes),
+        members_(sections),
+        floor_(sections, 0),
+        total_(sections, 0),
+        cuts_(sections, 0),
+        min_offset_(items.size(), 0),
+        position_(items.size(), kUnplaced),
+        solution_(items.size(), 0),
+        rank_(items.size(), 0),
+        affected_stamp_(sections, 0) {
+    for (std::uint32_t i = 0; i < items_.size(); ++i) {
+      for (std::uint32_t s = items_[i].first_section; s < items_[i].end_section; ++s) {
+        members_[s].push_back(i);
+        total_[s] += items_[i].size;
+      }
+      for (std::uint32_t s = items_[i].first_section; s + 1 < items_[i].end_section; ++s) {
+        ++cuts_[s];
+      }
+    }
+  }
+
+  Outcome run(Preorder preorder, std::uint64_t node_budget) {
+    preorder_ = preorder;
+    node_budget_ = node_budget;
+    std::vector<std::uint32_t> all_items(items_.size());
+    std::iota(all_items.begin(), all_items.end(), std::uint32_t{0});
+    Partition all{.members = std::move(all_items),
+                  .first_section = 0,
+                  .end_section = static_cast<std::uint32_t>(floor_.size())};
+    rank_partition(all);
+    return descend(all, 0, 0);
+  }
+
+  // The offsets of the last plan found.
+  const std::vector<std::uint64_t>& positions() const { return solution_; }
+
+ private:
+  static constexpr std::uint64_t kUnplaced = std::numeric_limits<std::uint64_t>::max();
+
+  // Static order of a partition's buffers, from the section totals as they are now: the
+  // rank breaks ties between buffers that can go at the same offset.
+  void rank_partition(const Partition& part) {
+    using Key = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint32_t>;
+    std::vector<std::pair<Key, std::uint32_t>> keyed;
+    keyed.reserve(part.members.size());
+    for (const std::uint32_t i : part.members) {
+      const Item& item = items_[i];
+      std::uint64_t fullest = 0;
+      for (std::uint32_t s = item.first_section; s < item.end_section; ++s) {
+        fullest = std::max(fullest, total_[s]);
+      }
+      const std::uint64_t area = item.size * item.lifetime;
+      // Descending on the three criteria, then ascending index (hence the complement).
+      const std::uint32_t index_key = std::numeric_limits<std::uint32_t>::max() - i;
+      switch (preorder_) {
+        case Preorder::kWidthAreaTotal:
+          keyed.push_back({Key{item.lifetime, area, fullest, index_key}, i});
+          break;
+        case Preorder::kTotalAreaWidth:
+          keyed.push_back({Key{fullest, area, item.lifetime, index_key}, i});
+          break;
+        case Preorder::kTotalWidthArea:
+          keyed.push_back({Key{fullest, item.lifetime, area, index_key}, i});
+          break;
+      }
+    }
+    std::sort(keyed.begin(), keyed.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (std::uint32_t r = 0; r < keyed.size(); ++r) rank_[keyed[r].second] = r;
+  }
+
+  bool out_of_time() {
+    if ((++nodes_ & 255) != 0) return false;
+    if (tick_) tick_(nodes_);
+    return std::chrono::steady_clock::now() >= deadline_;
+  }
+
+  // Every plan below this node places the partition's buffers at (offset, rank) not below
+  // (last, last_rank). The state is restored on return, whatever the outcome; a plan found
+  // is in solution_.
+  Outcome descend(const Partition& part, std::uint64_t last, std::uint32_t last_rank) {
+    if (node_budget_ == 0) return Outcome::kOutOfNodes;
+    --node_budget_;
+    if (out_of_time()) return Outcome::kOutOfTime;
+    // The unplaced buffers by (lowest offset, rank).
+    // (offset, rank, buffer)
+    std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> candidates;
+    candidates.reserve(part.members.size());
+    std::uint64_t min_height = std::numeric_limits<std::uint64_t>::max();
+    for (const std::uint32_t i : part.members) {
+      if (position_[i] != kUnplaced) continue;
+      candidates.emplace_back(min_offset_[i], rank_[i], i);
+      min_height = std::min(min_height, min_offset_[i] + items_[i].size);
+    }
+    if (candidates.empty()) return Outcome::kFound;
+    std::sort(candidates.begin(), candidates.end());
+    for (const auto& [offset, rank, chosen] : candidates) {
+      // Dominance: a buffer that could sit wholly below this offset would leave a gap
+      // under it in any plan that continues from here.
+      if (offset >= min_height) break;
+      if (offset < last || (offset == last && rank < last_rank)) continue;
+      bool hatless = false;
+      const Outcome outcome = try_place(part, chosen, offset, hatless);
+      if (outcome != Outcome::kInfeasible) return outcome;
+      // A buffer no unplaced buffer shares time with ("hatless") constrains nothing:
+      // placing another one first cannot do better.
+      if (hatless) break;
+    }
+    return Outcome::kInfeasible;
+  }
+
+  Outcome try_place(const Partition& part, std::uint32_t chosen, std::uint64_t offset,
+                    bool& hatless) {
+    const Item& item = items_[chosen];
+    const std::uint64_t top = offset + item.size;
+    position_[chosen] = offset;
+    solution_[chosen] = offset;
+    const std::size_t offsets_saved = saved_offsets_.size();
+    const std::size_t floors_saved = saved_floors_.size();
+    ++stamp_;
+    std::vector<std::uint32_t> affected;
+    hatless = true;
+    for (const std::uint32_t c : item.conflicts) {
+      if (position_[c] != kUnplaced) continue;
+      hatless = false;
+      const std::uint64_t raised = align_up(top, items_[c].alignment);
+      if (min_offset_[c] >= raised) continue;
+      saved_offsets_.emplace_back(c, min_offset_[c]);
+      min_offset_[c] = raised;
+      for (std::uint32_t s = items_[c].first_section; s < items_[c].end_section; ++s) {
+        if (affected_stamp_[s] != stamp_) {
+          affected_stamp_[s] = stamp_;
+          affected.push_back(s);
+        }
+      }
+    }
+    for (std::uint32_t s = item.first_section; s < item.end_section; ++s) {
+      saved_floors_.emplace_back(s, floor_[s]);
+      floor_[s] = top;
+      total_[s] -= item.size;
+    }
+    // Section inference: a section's floor is at least the lowest offset any of its
+    // unplaced buffers can still take.
+    for (const std::uint32_t s : affected) {
+      std::uint64_t lowest = std::numeric_limits<std::uint64_t>::max();
+      for (const std::uint32_t m : members_[s]) {
+        if (position_[m] == kUnplaced) lowest = std::min(lowest, min_offset_[m]);
+      }
+      if (lowest != std::numeric_limits<std::uint64_t>::max() && floor_[s] < lowest) {
+        saved_floors_.emplace_back(s, floor_[s]);
+        floor_[s] = lowest;
+      }
+    }
+    // Every later buffer of the partition goes at or above `offset`, so each section needs
+    // max(offset, floor) + its unplaced bytes.
+    bool feasible = true;
+    for (std::uint32_t s = part.first_section; s < part.end_section; ++s) {
+      if (std::max(offset, floor_[s]) + total_[s] > capacity_) {
+        feasible = false;
+        break;
+      }
+    }
+    Outcome outcome = Outcome::kInfeasible;
+    if (feasible) outcome = continue_after(part, chosen, offset);
+    while (saved_floors_.size() > floors_saved) {
+      floor_[saved_floors_.back().first] = saved_floors_.back().second;
+      saved_floors_.pop_back();
+    }
+    for (std::uint32_t s = item.first_section; s < item.end_section; ++s) {
+      total_[s] += item.size;
+    }
+    while (saved_offsets_.size() > offsets_saved) {
+      min_offset_[saved_offsets_.back().first] = saved_offsets_.back().second;
+      saved_offsets_.pop_back();
+    }
+    position_[chosen] = kUnplaced;
+    return outcome;
+  }
+
+  // Dynamic decomposition: once the chosen buffer is placed, the time points it alone
+  // spanned may cut the partition into independent parts, each searched on its own.
+  Outcome continue_after(const Partition& part, std::uint32_t chosen, std::uint64_t offset) {
+    const Item& item = items_[chosen];
+    std::vector<std::uint32_t> cutpoints;
+    for (std::uint32_t s = item.first_section; s + 1 < item.end_section; ++s) {
+      if (--cuts_[s] == 0) cutpoints.push_back(s + 1);
+    }
+    Outcome outcome = Outcome::kFound;
+    if (cutpoints.empty()) {
+      outcome = descend(part, offset, rank_[chosen]);
+    } else {
+      cutpoints.insert(cutpoints.begin(), part.first_section);
+      cutpoints.push_back(part.end_section);
+      for (std::size_t k = 0; k + 1 < cutpoints.size(); ++k) {
+        Partition sub{
+            .members = {}, .first_section = cutpoints[k], .end_section = cutpoints[k + 1]};
+        for (const std::uint32_t m : part.members) {
+          if (position_[m] != kUnplaced) continue;
+          if (items_[m].end_section <= sub.first_section ||
+              sub.end_section <= items_[m].first_section) {
+            continue;
+          }
+          sub.members.push_back(m);
+        }
+        if (sub.members.empty()) continue;
+        std::vector<std::uint32_t> saved_ranks;
+        saved_ranks.reserve(sub.members.size());
+        for (const std::uint32_t m : sub.members) saved_ranks.push_back(rank_[m]);
+        rank_partition(sub);
+        outcome = descend(sub, 0, 0);
+        for (std::size_t j = 0; j < sub.members.size(); ++j) rank_[sub.members[j]] = saved_ranks[j];
+        if (outcome != Outcome::kFound) break;
+      }
+    }
+    for (std::uint32_t s = item.first_section; s + 1 < item.end_section; ++s) ++cuts_[s];
+    return outcome;
+  }
+
+  const std::vector<Item>& items_;
+  std::uint64_t capacity_;
+  std::chrono::steady_clock::time_point deadline_;
+  const std::function<void(std::uint64_t)>& tick_;
+  std::uint64_t& nodes_;
+  std::uint64_t node_budget_ = 0;
+  std::vector<std::vector<std::uint32_t>> members_;  // per section: buffers crossing it
+  std::vector<std::uint64_t> floor_;                 // per section: lowest offset still free
+  std::vector<std::uint64_t> total_;                 // per section: bytes of unplaced buffers
+  std::vector<std::uint32_t> cuts_;        // per section: unplaced buffers crossing its end
+  std::vector<std::uint64_t> min_offset_;  // per buffer: lowest offset it can still take
+  std::vector<std::uint64_t> position_;    // per buffer: placed offset, or kUnplaced
+  std::vector<std::uint64_t> solution_;    // per buffer: offset in the plan found
+  std::vector<std::uint32_t> rank_;        // per buffer: place in the static order
+  Preorder preorder_ = Preorder::kWidthAreaTotal;
+  std::vector<std::uint64_t> affected_stamp_;
+  std::uint64_t stamp_ = 0;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> saved_offsets_;  // undo logs
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> saved_floors_;
+};
+
+// Tries the static orders in turn with a node budget that doubles each round, so an order
+// that suits the instance finishes early (MiniMalloc's round robin).
+SearchOutcome search_component(const std::vector<Item>& items, std::uint32_t sections,
+                               std::uint64_t capacity,
+                               std::chrono::steady_clock::time_point deadline,
+                               const std::function<void(std::uint64_t)>& tick, std::uint64_t& nodes,
+                               std::vector<std::uint64_t>& positions) {
+  std::uint64_t budget = std::max<std::uint64_t>(items.size(), 16);
+  while (true) {
+    budget *= 2;
+    for (const Preorder preorder : kPreorders) {
+      ComponentSearch search(items, sections, capacity, deadline, tick, nodes);
+      const Outcome outcome = search.run(preorder, budget);
+      if (outcome == Outcome::kFound) {
+        positions = search.positions();
+        return SearchOutcome::kFound;
+      }
+      if (outcome == Outcome::kInfeasible) return SearchOutcome::kInfeasible;
+      if (outcome == Outcome::kOutOfTime) return SearchOutcome::kTimedOut;
+    }
+  }
+}
+
+}  // namespace
+
+SearchResult search_within(std::span<const Buffer> buffers, std::uint64_t capacity,
+                           std::chrono::steady_clock::time_point deadline,
+                           const std::function<void(std::uint64_t)>& tick) {
+  SearchResult result;
+  result.plan.offsets.assign(buffers.size(), 0);
+  // Buffers by start; a new component begins where no earlier buffer is still live.
+  std::vector<std::size_t> by_start(buffers.size());
+  std::iota(by_start.begin(), by_start.end(), std::size_t{0});
+  std::sort(by_start.begin(), by_start.end(),
+            [&](std::size_t a, std::size_t b) { return buffers[a].lower < buffers[b].lower; });
+  std::size_t begin = 0;
+  while (begin < by_start.size()) {
+    std::int64_t reach = buffers[by_start[begin]].upper;
+    std::size_t end = begin + 1;
+    while (end < by_start.size() && buffers[by_start[end]].lower < reach) {
+      reach = std::max(reach, buffers[by_start[end]].upper);
+      ++end;
+    }
+    // Sections of this component.
+    std::vector<std::int64_t> times;
+    for (std::size_t k = begin; k < end; ++k) {
+      times.push_back(buffers[by_start[k]].lower);
+      times.push_back(buffers[by_start[k]].upper);
+    }
+    std::sort(times.begin(), times.end());
+    times.erase(std::unique(times.begin(), times.end()), times.end());
+    const auto section_of = [&](std::int64_t t) {
+      return static_cast<std::uint32_t>(std::lower_bound(times.begin(), times.end(), t) -
+                                        times.begin());
+    };
+    std::vector<Item> items;
+    for (std::size_t k = begin; k < end; ++k) {
+      const Buffer& b = buffers[by_start[k]];
+      items.push_back(Item{.input = by_start[k],
+                           .size = b.size,
+                           .alignment = b.alignment,
+                           .lifetime = static_cast<std::uint64_t>(b.upper - b.lower),
+                           .first_section = section_of(b.lower),
+                           .end_section = section_of(b.upper),
+                           .conflicts = {}});
+    }
+    // Conflicts: sweep in start order (items are sorted by lower).
+    for (std::uint32_t i = 0; i < items.size(); ++i) {
+      for (std::uint32_t j = i + 1; j < items.size(); ++j) {
+        if (items[j].first_section >= items[i].end_section) break;
+        items[i].conflicts.push_back(j);
+        items[j].conflicts.push_back(i);
+      }
+    }
+    std::vector<std::uint64_t> positions;
+    result.outcome = search_component(items, static_cast<std::uint32_t>(times.size()), capacity,
+                                      deadline, tick, result.nodes, positions);
+    if (result.outcome != SearchOutcome::kFound) return result;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const std::size_t input = items[i].input;
+      result.plan.offsets[input] = positions[i];
+      result.plan.arena_size = std::max(result.plan.arena_size, positions[i] + buffers[input].size);
+    }
+    begin = end;
+  }
+  result.outcome = SearchOutcome::kFound;
+  return result;
+}
+
+}  // namespace sdalloc::planner_detail

@@ -1,0 +1,120 @@
+// Checks on interval problems and plans: input well-formedness, the live-bytes lower bound,
+// and the validator that proves no two time-conflicting buffers share memory.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/planner/planner.hpp"
+
+namespace sdalloc {
+namespace {
+
+std::string describe(const Buffer& b) {
+  return "buffer " + std::to_string(b.id) + " [" + std::to_string(b.lower) + ", " +
+         std::to_string(b.upper) + ")";
+}
+
+// Time events in sweep order: at equal times frees (upper) come before allocations (lower),
+// because [a, t) and [t, b) do not conflict.
+std::vector<std::pair<std::int64_t, std::size_t>> sweep_order(std::span<const Buffer> buffers) {
+  std::vector<std::pair<std::int64_t, std::size_t>> events;  // (time*2 + is_start, index)
+  events.reserve(buffers.size() * 2);
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    events.emplace_back(buffers[i].lower * 2 + 1, i);
+    events.emplace_back(buffers[i].upper * 2, i);
+  }
+  std::sort(events.begin(), events.end());
+  return events;
+}
+
+}  // namespace
+
+void check_buffers(std::span<const Buffer> buffers) {
+  std::unordered_map<std::uint64_t, std::size_t> seen;
+  seen.reserve(buffers.size());
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const Buffer& b = buffers[i];
+    if (b.upper <= b.lower) {
+      throw InvalidArgument(describe(b) + ": upper must be greater than lower");
+    }
+    if (b.size == 0) throw InvalidArgument(describe(b) + ": size must be positive");
+    if (b.alignment == 0 || (b.alignment & (b.alignment - 1)) != 0) {
+      throw InvalidArgument(describe(b) + ": alignment " + std::to_string(b.alignment) +
+                            " is not a power of two");
+    }
+    if (!seen.emplace(b.id, i).second) {
+      throw InvalidArgument("duplicate buffer id " + std::to_string(b.id));
+    }
+  }
+}
+
+std::uint64_t lower_bound(std::span<const Buffer> buffers) {
+  std::uint64_t live = 0;
+  std::uint64_t peak = 0;
+  for (const auto& [key, index] : sweep_order(buffers)) {
+    if (key & 1) {
+      live += buffers[index].size;
+      peak = std::max(peak, live);
+    } else {
+      live -= buffers[index].size;
+    }
+  }
+  return peak;
+}
+
+void validate(std::span<const Buffer> buffers, const Plan& plan) {
+  if (plan.offsets.size() != buffers.size()) {
+    throw InvalidArgument("plan has " + std::to_string(plan.offsets.size()) + " offsets for " +
+                          std::to_string(buffers.size()) + " buffers");
+  }
+  std::uint64_t arena = 0;
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const Buffer& b = buffers[i];
+    if (b.alignment != 0 && plan.offsets[i] % b.alignment != 0) {
+      throw InvalidArgument(describe(b) + ": offset " + std::to_string(plan.offsets[i]) +
+                            " is not a multiple of its alignment " + std::to_string(b.alignment));
+    }
+    arena = std::max(arena, plan.offsets[i] + b.size);
+  }
+  if (arena != plan.arena_size) {
+    throw InvalidArgument("plan reports arena size " + std::to_string(plan.arena_size) +
+                          " but its buffers reach " + std::to_string(arena));
+  }
+  // Sweep over time keeping the live buffers ordered by offset. Live buffers never overlap
+  // one another (checked as each one arrives), so a newcomer only has to be compared with
+  // its neighbours in offset order: the one starting at or below it and the one above.
+  std::set<std::pair<std::uint64_t, std::size_t>> live;  // (offset, index)
+  for (const auto& [key, index] : sweep_order(buffers)) {
+    const std::pair<std::uint64_t, std::size_t> entry{plan.offsets[index], index};
+    if ((key & 1) == 0) {
+      live.erase(entry);
+      continue;
+    }
+    const std::uint64_t start = entry.first;
+    const std::uint64_t end = start + buffers[index].size;
+    auto above = live.lower_bound(entry);
+    auto conflict = live.end();
+    if (above != live.end() && above->first < end) conflict = above;
+    if (conflict == live.end() && above != live.begin()) {
+      const auto below = std::prev(above);
+      if (below->first + buffers[below->second].size > start) conflict = below;
+    }
+    if (conflict != live.end()) {
+      const Buffer& a = buffers[conflict->second];
+      const Buffer& b = buffers[index];
+      throw InvalidArgument("buffers " + std::to_string(a.id) + " and " + std::to_string(b.id) +
+                            " are live at the same time and overlap in memory (" + describe(a) +
+                            " at offset " + std::to_string(conflict->first) + ", " + describe(b) +
+                            " at offset " + std::to_string(start) + ")");
+    }
+    live.insert(entry);
+  }
+}
+
+}  // namespace sdalloc

@@ -1,0 +1,342 @@
+// host_virtual_memory.cpp - reserved ranges, memfd chunks and MAP_FIXED mappings.
+//
+// Tables (under mutex_): the reserved ranges, the mappings inside them, the chunks with
+// whether each is mapped, and the memfd's free extents by size. Every call is checked
+// against the tables first; a map or unmap then claims its entry before the system call
+// (so a concurrent misuse is caught too) and gives it back if the call fails.
+#include "sdalloc/resources/host_virtual_memory.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "sdalloc/core/errors.hpp"
+#include "core/bits.hpp"
+
+namespace sdalloc {
+
+namespace {
+
+
+std::string hex(std::uintptr_t value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "0x%zx", static_cast<std::size_t>(value));
+  return text;
+}
+
+std::string system_error(const char* call, int error) {
+  return std::string(call) + " failed: " + std::strerror(error);
+}
+
+// The memfd grows in steps of at least this much (it is sparse: size costs nothing).
+constexpr std::uint64_t kFileGrowth = std::uint64_t{1} << 30;
+
+}  // namespace
+
+struct HostVirtualMemory::Tables {
+  struct Mapping {
+    std::size_t bytes = 0;
+    std::uint64_t chunk = 0;
+  };
+  struct Chunk {
+    std::size_t bytes = 0;
+    bool mapped = false;
+  };
+  std::map<std::uintptr_t, std::size_t> ranges;    // base -> bytes
+  std::map<std::uintptr_t, Mapping> mappings;      // address -> mapping
+  std::map<std::uint64_t, Chunk> chunks;           // file offset -> chunk
+  std::multimap<std::size_t, std::uint64_t> free_extents;  // bytes -> file offset (holes)
+  std::uint64_t file_end = 0;   // extents below were handed out at some point
+  std::uint64_t file_size = 0;  // ftruncate'd size
+  std::size_t physical = 0;
+  std::size_t mapped = 0;
+  std::size_t reserved = 0;
+
+  // The range that holds [addr, addr + bytes), or ranges.end().
+  std::map<std::uintptr_t, std::size_t>::const_iterator range_holding(std::uintptr_t addr,
+                                                                      std::size_t bytes) const {
+    auto it = ranges.upper_bound(addr);
+    if (it == ranges.begin()) return ranges.end();
+    --it;
+    if (addr - it->first > it->second || bytes > it->second - (addr - it->first)) {
+      return ranges.end();
+    }
+    return it;
+  }
+
+  // Whether any mapping overlaps [addr, addr + bytes).
+  bool overlaps_mapping(std::uintptr_t addr, std::size_t bytes) const {
+    auto it = mappings.lower_bound(addr);
+    if (it != mappings.end() && it->first < addr + bytes) return true;
+    if (it == mappings.begin()) return false;
+    --it;
+    return it->first + it->second.bytes > addr;
+  }
+};
+
+HostVirtualMemory::HostVirtualMemory(HostVirtualMemoryOptions options)
+    : options_(options), tables_(std::make_unique<Tables>()) {
+  if (options_.physical_limit % kPageSize != 0) {
+    throw InvalidArgument("HostVirtualMemory: physical_limit must be a multiple of 4096, got " +
+                          std::to_string(options_.physical_limit));
+  }
+  fd_ = ::memfd_create("sdalloc-vm", MFD_CLOEXEC);
+  if (fd_ < 0) throw Error("HostVirtualMemory: " + system_error("memfd_create", errno));
+}
+
+HostVirtualMemory::~HostVirtualMemory() {
+  // Whatever the caller left: unmapping a whole range removes its mappings too.
+  for (const auto& [base, bytes] : tables_->ranges) {
+    ::munmap(reinterpret_cast<void*>(base), bytes);
+  }
+  ::close(fd_);
+}
+
+std::string HostVirtualMemory::name() const {
+  std::string text = "host-vm(memfd";
+  if (options_.physical_limit != 0) text += ", " + format_size(options_.physical_limit);
+  if (options_.populate) text += ", populate";
+  return text + ")";
+}
+
+// ---------------------------------------------------------------------------------------
+// address ranges
+
+void* HostVirtualMemory::reserve(std::size_t bytes, std::size_t alignment) {
+  if (bytes == 0 || bytes % kPageSize != 0) {
+    throw InvalidArgument(name() + ": reserve of " + std::to_string(bytes) +
+                          " bytes: the size must be a positive multiple of 4096");
+  }
+  if (alignment != 0 && !is_power_of_two(alignment)) {
+    throw InvalidArgument(name() + ": reserve alignment must be 0 or a power of two, got " +
+                          std::to_string(alignment));
+  }
+  const std::size_t align = alignment > kPageSize ? alignment : kPageSize;
+  const std::size_t slack = align - kPageSize;
+  if (bytes > std::numeric_limits<std::size_t>::max() / 2 - slack) {
+    OutOfMemoryInfo info;
+    info.requested = bytes;
+    throw OutOfMemory::describe(name(), info, "address range too large to reserve");
+  }
+  void* raw = ::mmap(nullptr, bytes + slack, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) {
+    const int error = errno;
+    OutOfMemoryInfo info;
+    info.requested = bytes;
+    throw OutOfMemory::describe(name(), info,
+                                "reserving address space: " + system_error("mmap", error));
+  }
+  const auto start = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t base = (start + align - 1) & ~(static_cast<std::uintptr_t>(align) - 1);
+  if (base != start) ::munmap(raw, base - start);
+  if (const std::size_t tail = slack - (base - start); tail != 0) {
+    ::munmap(reinterpret_cast<void*>(base + bytes), tail);
+  }
+  try {
+    std::lock_guard lock(mutex_);
+    tables_->ranges.emplace(base, bytes);
+    tables_->reserved += bytes;
+  } catch (...) {
+    ::munmap(reinterpret_cast<void*>(base), bytes);
+    throw;
+  }
+  return reinterpret_cast<void*>(base);
+}
+
+void HostVirtualMemory::release(void* base, std::size_t bytes) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(base);
+  {
+    std::lock_guard lock(mutex_);
+    auto it = tables_->ranges.find(addr);
+    if (it == tables_->ranges.end() || it->second != bytes) {
+      throw InvalidArgument(name() + ": release of " + hex(addr) + " (" + format_bytes(bytes) +
+                            "), which is not a range reserved here");
+    }
+    if (tables_->overlaps_mapping(addr, bytes)) {
+      throw InvalidArgument(name() + ": release of the range at " + hex(addr) +
+                            " while chunks are still mapped in it");
+    }
+    tables_->ranges.erase(it);
+    tables_->reserved -= bytes;
+  }
+  ::munmap(base, bytes);
+}
+
+// ---------------------------------------------------------------------------------------
+// physical chunks
+
+PhysicalChunk HostVirtualMemory::create(std::size_t bytes) {
+  if (bytes == 0 || bytes % kPageSize != 0) {
+    throw InvalidArgument(name() + ": create of " + std::to_string(bytes) +
+                          " bytes: the size must be a positive multiple of 4096");
+  }
+  std::lock_guard lock(mutex_);
+  Tables& t = *tables_;
+  if (options_.physical_limit != 0 && bytes > options_.physical_limit - t.physical) {
+    OutOfMemoryInfo info;
+    info.requested = bytes;
+    info.reserved = t.physical;
+    info.capacity = options_.physical_limit;
+    throw OutOfMemory::describe(name(), info,
+                                format_bytes(t.physical) + " of physical memory in chunks, " +
+                                    format_bytes(options_.physical_limit - t.physical) +
+                                    " available");
+  }
+  std::uint64_t offset = 0;
+  if (auto hole = t.free_extents.find(bytes); hole != t.free_extents.end()) {
+    offset = hole->second;  // punched out when destroyed: reads as zeros
+    t.chunks.emplace(offset, Tables::Chunk{bytes, false});
+    t.free_extents.erase(hole);
+  } else {
+    offset = t.file_end;
+    if (offset + bytes > t.file_size) {
+      const std::uint64_t size = std::max(offset + bytes, t.file_size + kFileGrowth);
+      if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+        const int error = errno;
+        OutOfMemoryInfo info;
+        info.requested = bytes;
+        info.reserved = t.physical;
+        info.capacity = options_.physical_limit;
+        throw OutOfMemory::describe(name(), info,
+                                    "growing the memfd: " + system_error("ftruncate", error));
+      }
+      t.file_size = size;
+    }
+    t.chunks.emplace(offset, Tables::Chunk{bytes, false});
+    t.file_end += bytes;
+  }
+  t.physical += bytes;
+  return PhysicalChunk{offset, bytes};
+}
+
+void HostVirtualMemory::destroy(PhysicalChunk chunk) {
+  std::lock_guard lock(mutex_);
+  Tables& t = *tables_;
+  auto it = t.chunks.find(chunk.handle);
+  if (it == t.chunks.end() || it->second.bytes != chunk.bytes) {
+    throw InvalidArgument(name() + ": destroy of chunk " + std::to_string(chunk.handle) + " (" +
+                          format_bytes(chunk.bytes) + "), which is not a chunk created here");
+  }
+  if (it->second.mapped) {
+    throw InvalidArgument(name() + ": destroy of chunk " + std::to_string(chunk.handle) +
+                          " while it is mapped");
+  }
+  // Frees the pages; the extent reads as zeros again and is reused by a create.
+  if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  static_cast<off_t>(chunk.handle), static_cast<off_t>(chunk.bytes)) != 0) {
+    const int error = errno;
+    t.chunks.erase(it);  // lost: its pages stay in the file until the object dies
+    t.physical -= chunk.bytes;
+    throw Error(name() + ": destroy of chunk " + std::to_string(chunk.handle) + ": " +
+                system_error("fallocate(PUNCH_HOLE)", error));
+  }
+  t.chunks.erase(it);
+  t.physical -= chunk.bytes;
+  t.free_extents.emplace(chunk.bytes, chunk.handle);
+}
+
+// ---------------------------------------------------------------------------------------
+// mappings
+
+void HostVirtualMemory::map(void* address, PhysicalChunk chunk) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(address);
+  Tables& t = *tables_;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = t.chunks.find(chunk.handle);
+    if (it == t.chunks.end() || it->second.bytes != chunk.bytes) {
+      throw InvalidArgument(name() + ": map of chunk " + std::to_string(chunk.handle) + " (" +
+                            format_bytes(chunk.bytes) + "), which is not a chunk created here");
+    }
+    if (it->second.mapped) {
+      throw InvalidArgument(name() + ": map of chunk " + std::to_string(chunk.handle) +
+                            ", which is already mapped");
+    }
+    if (addr % kPageSize != 0 || t.range_holding(addr, chunk.bytes) == t.ranges.end()) {
+      throw InvalidArgument(name() + ": map at " + hex(addr) + " of " +
+                            format_bytes(chunk.bytes) +
+                            ": not a page-aligned place inside a reserved range");
+    }
+    if (t.overlaps_mapping(addr, chunk.bytes)) {
+      throw InvalidArgument(name() + ": map at " + hex(addr) + " of " +
+                            format_bytes(chunk.bytes) + " overlaps a mapping");
+    }
+    t.mappings.emplace(addr, Tables::Mapping{chunk.bytes, chunk.handle});  // claimed
+    it->second.mapped = true;
+  }
+  int flags = MAP_SHARED | MAP_FIXED;
+  if (options_.populate) flags |= MAP_POPULATE;
+  void* result = ::mmap(address, chunk.bytes, PROT_READ | PROT_WRITE, flags, fd_,
+                        static_cast<off_t>(chunk.handle));
+  if (result == MAP_FAILED) {
+    const int error = errno;
+    // A failed MAP_FIXED may have removed the reservation underneath: restore it.
+    (void)::mmap(address, chunk.bytes, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    std::lock_guard lock(mutex_);
+    t.mappings.erase(addr);
+    t.chunks[chunk.handle].mapped = false;
+    const std::string what = "map at " + hex(addr) + " of " + format_bytes(chunk.bytes) + ": " +
+                             system_error("mmap", error);
+    if (error == ENOMEM) {
+      OutOfMemoryInfo info;
+      info.requested = chunk.bytes;
+      throw OutOfMemory::describe(name(), info, what);
+    }
+    throw Error(name() + ": " + what);
+  }
+  std::lock_guard lock(mutex_);
+  t.mapped += chunk.bytes;
+}
+
+void HostVirtualMemory::unmap(void* address, std::size_t bytes, Stream) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(address);
+  Tables& t = *tables_;
+  std::uint64_t handle = 0;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = t.mappings.find(addr);
+    if (it == t.mappings.end() || it->second.bytes != bytes) {
+      throw InvalidArgument(name() + ": unmap at " + hex(addr) + " of " + format_bytes(bytes) +
+                            ", which is not a mapping made here");
+    }
+    handle = it->second.chunk;
+  }
+  // Back to reserved address space in one step: no moment where the range is a hole.
+  void* result = ::mmap(address, bytes, PROT_NONE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (result == MAP_FAILED) {
+    throw Error(name() + ": unmap at " + hex(addr) + " of " + format_bytes(bytes) + ": " +
+                system_error("mmap(PROT_NONE)", errno));
+  }
+  std::lock_guard lock(mutex_);
+  t.mappings.erase(addr);
+  t.chunks[handle].mapped = false;
+  t.mapped -= bytes;
+}
+
+// ---------------------------------------------------------------------------------------
+// figures
+
+std::size_t HostVirtualMemory::physical_bytes() const {
+  std::lock_guard lock(mutex_);
+  return tables_->physical;
+}
+
+std::size_t HostVirtualMemory::mapped_bytes() const {
+  std::lock_guard lock(mutex_);
+  return tables_->mapped;
+}
+
+std::size_t HostVirtualMemory::reserved_bytes() const {
+  std::lock_guard lock(mutex_);
+  return tables_->reserved;
+}
+
+}  // namespace sdalloc

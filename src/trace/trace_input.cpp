@@ -1,0 +1,107 @@
+// trace_input.cpp - reading any trace file: decompress, recognise the format, convert.
+//
+// The whole file is read once (zlib's gz* functions pass plain files through unchanged), so
+// standard input can be recognised and then parsed without being read twice.
+#include "sdalloc/trace/trace_input.hpp"
+
+#include <algorithm>
+#include <array>
+#include <sstream>
+#include <utility>
+
+#include "sdalloc/trace/rmm_log.hpp"
+
+#include "trace/quoted.hpp"
+
+namespace sdalloc {
+namespace {
+
+constexpr std::string_view kConverter = "tools/torch_snapshot_to_trace.py";
+
+std::string_view first_line(std::string_view bytes) {
+  std::string_view line = bytes.substr(0, bytes.find('\n'));
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  constexpr std::size_t kShown = 80;  // a binary file's "line" can be megabytes
+  if (line.size() > kShown) line = line.substr(0, kShown);
+  return line;
+}
+
+bool printable(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte >= 0x20 && byte < 0x7f;
+  });
+}
+
+}  // namespace
+
+const char* trace_format_name(TraceFormat format) {
+  return format == TraceFormat::kEventTrace ? "event trace" : "RMM log";
+}
+
+TraceFormat detect_trace_format(std::string_view bytes, const std::string& source) {
+  if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x80 && bytes[1] >= 2 &&
+      bytes[1] <= 5) {
+    throw TraceFormatError(
+        source, 1,
+        "this is a Python pickle, probably a PyTorch memory snapshot "
+        "(torch.cuda.memory._dump_snapshot): convert it to an event trace first with "
+        "'python3 " +
+            std::string(kConverter) + " SNAPSHOT -o TRACE.csv'");
+  }
+  if (bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4)) {
+    throw TraceFormatError(source, 1,
+                           "this is a zip archive (e.g. torch.save output), not a trace; for a "
+                           "PyTorch memory snapshot use torch.cuda.memory._dump_snapshot and "
+                           "convert it with " +
+                               std::string(kConverter));
+  }
+  if (bytes.empty()) {
+    throw TraceFormatError(source, 1,
+                           "empty file: expected an event trace (header 'op,id,size' or "
+                           "'op,id,size,stream') or an RMM log (header '" +
+                               std::string(kRmmLogHeader) + "')");
+  }
+  const std::string_view line = first_line(bytes);
+  if (line == "op,id,size" || line == "op,id,size,stream") return TraceFormat::kEventTrace;
+  if (line == kRmmLogHeader) return TraceFormat::kRmmLog;
+  const std::string shown = printable(line) ? detail::quoted(line) : "binary data";
+  throw TraceFormatError(source, 1,
+                         "unrecognised trace format: first line is " + shown +
+                             "; expected an event trace header ('op,id,size' or "
+                             "'op,id,size,stream') or an RMM log header ('" +
+                             std::string(kRmmLogHeader) + "')");
+}
+
+TraceInput read_trace_input(const std::string& path) {
+  TraceText text = read_trace_text(path);
+  const TraceFormat format = detect_trace_format(text.bytes, text.source);
+  if (format == TraceFormat::kEventTrace) {
+    std::istringstream in(std::move(text.bytes));
+    return TraceInput{parse_event_trace(in, std::move(text.source)), format, {}};
+  }
+  RmmLog log = parse_rmm_log(text.bytes, std::move(text.source));
+  TraceInput input{std::move(log.trace), format, {}};
+  if (log.allocation_failures != 0) {
+    input.notes.push_back(std::to_string(log.allocation_failures) +
+                          " 'allocate failure' line(s) skipped: those calls got no memory");
+  }
+  if (log.null_zero_byte_events != 0) {
+    input.notes.push_back(std::to_string(log.null_zero_byte_events) +
+                          " allocate/free call(s) of 0 bytes at a null pointer skipped");
+  }
+  if (log.streams.size() > 1) {
+    std::string mapping = "streams numbered in order of first appearance:";
+    for (std::size_t i = 0; i < log.streams.size(); ++i) {
+      std::ostringstream handle;
+      handle << std::hex << log.streams[i];
+      mapping += (i == 0 ? " " : ", ") + std::to_string(i) + " = 0x" + handle.str();
+    }
+    input.notes.push_back(mapping);
+  }
+  return input;
+}
+
+EventTrace read_any_trace(const std::string& path) { return read_trace_input(path).trace; }
+
+}  // namespace sdalloc

@@ -1,0 +1,527 @@
+// Behaviour of CachingPool's policy: reuse, splitting, merging, best fit, huge blocks,
+// growth and release, the out-of-memory path, streams, and what the hot path avoids.
+// The generic contract (alignment, random sequences, threads, error paths) is checked for
+// every configuration in tests/conformance/.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/resources/host_resource.hpp"
+#include "sdalloc/resources/limit_resource.hpp"
+#include "sdalloc/resources/stats_resource.hpp"
+
+// Counts heap allocations made by this test binary, to prove the cache-hit path makes none.
+// Every form of operator new and delete is replaced, so that each pair matches (mixing a
+// replaced delete with the runtime's new is an error AddressSanitizer reports).
+namespace {
+std::atomic<std::size_t> g_heap_allocations{0};
+
+void* counted_allocation(std::size_t n, std::size_t alignment) noexcept {
+  g_heap_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (n == 0) n = 1;
+  if (alignment <= alignof(std::max_align_t)) return std::malloc(n);
+  return std::aligned_alloc(alignment, (n + alignment - 1) / alignment * alignment);
+}
+
+void* counted_or_throw(std::size_t n, std::size_t alignment) {
+  if (void* p = counted_allocation(n, alignment)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted_or_throw(n, 0); }
+void* operator new[](std::size_t n) { return counted_or_throw(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  return counted_or_throw(n, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a) {
+  return counted_or_throw(n, static_cast<std::size_t>(a));
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return counted_allocation(n, 0);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return counted_allocation(n, 0);
+}
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_allocation(n, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_allocation(n, static_cast<std::size_t>(a));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+
+namespace sdalloc {
+namespace {
+
+constexpr std::size_t KiB = 1024;
+constexpr std::size_t MiB = 1024 * KiB;
+
+class CachingPoolTest : public ::testing::Test {
+ protected:
+  HostResource host_;
+  StatsResource upstream_{host_};
+};
+
+TEST_F(CachingPoolTest, FreedBlockIsReusedOnSameStream) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(1000);
+  pool.deallocate(a, 1000);
+  void* b = pool.allocate(1000);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(upstream_.stats().allocations, 1u);
+  pool.deallocate(b, 1000);
+}
+
+TEST_F(CachingPoolTest, SizesRoundUpTo512Bytes) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(1);
+  void* b = pool.allocate(1);
+  EXPECT_EQ(static_cast<char*>(b) - static_cast<char*>(a), 512);
+  EXPECT_EQ(pool.stats().allocated_bytes, 1024u);
+  EXPECT_EQ(pool.stats().live_bytes, 2u);
+  pool.free(a);
+  pool.free(b);
+}
+
+TEST_F(CachingPoolTest, SplitsASegmentForSmallRequests) {
+  CachingPool pool(upstream_);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 16; ++i) blocks.push_back(pool.allocate(64 * KiB));
+  EXPECT_EQ(pool.stats().segments, 1u);  // 16 x 64 KiB fit one 2 MiB segment
+  EXPECT_EQ(pool.stats().reserved_bytes, 2 * MiB);
+  for (void* p : blocks) pool.free(p);
+  pool.check_invariants();
+}
+
+TEST_F(CachingPoolTest, CoalescesWithBothNeighbours) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(512 * KiB);
+  void* b = pool.allocate(512 * KiB);
+  void* c = pool.allocate(512 * KiB);
+  pool.free(a);
+  pool.free(c);
+  pool.free(b);  // merges with a (before) and with c + the segment's tail (after)
+  const PoolStats s = pool.stats();
+  EXPECT_EQ(s.largest_free_block, 2 * MiB);
+  EXPECT_EQ(s.free_bytes, 2 * MiB);
+  EXPECT_DOUBLE_EQ(s.fragmentation(), 0.0);
+  pool.check_invariants();
+}
+
+TEST_F(CachingPoolTest, BestFitTakesTheSmallestBlockThatFits) {
+  CachingPool pool(upstream_);
+  // Carve holes of 3 sizes separated by live blocks: 256 KiB, 64 KiB, 128 KiB.
+  void* h1 = pool.allocate(256 * KiB);
+  void* s1 = pool.allocate(512);
+  void* h2 = pool.allocate(64 * KiB);
+  void* s2 = pool.allocate(512);
+  void* h3 = pool.allocate(128 * KiB);
+  void* s3 = pool.allocate(512);
+  pool.free(h1);
+  pool.free(h2);
+  pool.free(h3);
+  EXPECT_EQ(pool.allocate(100 * KiB), h3);  // 128 KiB hole, not 256 KiB nor the tail
+  EXPECT_EQ(pool.allocate(60 * KiB), h2);
+  for (void* p : {h2, h3, s1, s2, s3}) pool.free(p);
+  pool.check_invariants();
+}
+
+TEST_F(CachingPoolTest, HugeBlocksAreNotSplitForSmallRequests) {
+  CachingPoolOptions options;
+  options.huge_threshold = 8 * MiB;
+  options.release_cached_before_growth = false;  // keep the free huge segment cached
+  CachingPool pool(upstream_, options);
+  void* huge = pool.allocate(16 * MiB);
+  pool.free(huge);
+  void* small = pool.allocate(1 * MiB);
+  EXPECT_EQ(pool.stats().segments, 2u);  // the small one got its own segment
+  void* huge_again = pool.allocate(16 * MiB);
+  EXPECT_EQ(huge_again, huge);
+  pool.free(small);
+  pool.free(huge_again);
+  pool.check_invariants();
+}
+
+TEST_F(CachingPoolTest, HugeBlockIsReusedOnlyByCloseSizes) {
+  CachingPoolOptions options;
+  options.huge_threshold = 8 * MiB;
+  options.release_cached_before_growth = false;
+  CachingPool pool(upstream_, options);
+  void* big = pool.allocate(64 * MiB);
+  pool.free(big);
+  void* close = pool.allocate(60 * MiB);  // within 1/8: reuses the 64 MiB block whole
+  EXPECT_EQ(close, big);
+  EXPECT_EQ(pool.stats().allocated_bytes, 64 * MiB);
+  pool.free(close);
+  void* far = pool.allocate(16 * MiB);  // much smaller: gets its own segment
+  EXPECT_NE(far, big);
+  EXPECT_EQ(pool.stats().segments, 2u);
+  pool.free(far);
+}
+
+TEST_F(CachingPoolTest, TrimReturnsWholeFreeSegments) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(3 * MiB);
+  void* b = pool.allocate(5 * MiB);
+  pool.free(a);
+  EXPECT_EQ(pool.trim(), 4 * MiB);  // a's segment; b's stays
+  EXPECT_EQ(pool.stats().reserved_bytes, 6 * MiB);
+  EXPECT_EQ(upstream_.stats().current_bytes, 6 * MiB);
+  pool.free(b);
+  EXPECT_EQ(pool.trim(), 6 * MiB);
+  EXPECT_EQ(upstream_.stats().current_bytes, 0u);
+  pool.check_invariants();
+}
+
+TEST_F(CachingPoolTest, InitialReservationIsUsedAndKeptByTrim) {
+  CachingPoolOptions options;
+  options.initial_reservation = 64 * MiB;
+  CachingPool pool(upstream_, options);
+  EXPECT_EQ(upstream_.stats().allocations, 1u);
+  void* a = pool.allocate(10 * MiB);
+  void* b = pool.allocate(1 * KiB);
+  EXPECT_EQ(upstream_.stats().allocations, 1u);  // both served from the reservation
+  pool.free(a);
+  pool.free(b);
+  EXPECT_EQ(pool.trim(), 0u);
+  EXPECT_EQ(pool.stats().reserved_bytes, 64 * MiB);
+}
+
+TEST_F(CachingPoolTest, ReleasesCachedSegmentsBeforeRaisingItsPeak) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(4 * MiB);
+  pool.free(a);
+  // The cached 4 MiB segment cannot hold 6 MiB; growing would raise the peak to 10 MiB, so
+  // the pool first returns the cached segment.
+  void* b = pool.allocate(6 * MiB);
+  EXPECT_EQ(pool.stats().peak_reserved_bytes, 6 * MiB);
+  EXPECT_EQ(pool.stats().segment_releases, 1u);
+  pool.free(b);
+}
+
+TEST_F(CachingPoolTest, KeepsCachedSegmentsWhenReleaseBeforeGrowthIsOff) {
+  CachingPoolOptions options;
+  options.release_cached_before_growth = false;
+  CachingPool pool(upstream_, options);
+  pool.free(pool.allocate(4 * MiB));
+  void* b = pool.allocate(6 * MiB);
+  EXPECT_EQ(pool.stats().peak_reserved_bytes, 10 * MiB);
+  EXPECT_EQ(pool.stats().segment_releases, 0u);
+  pool.free(b);
+}
+
+// One iteration of a loop whose shapes make the pool release a segment and grow again.
+void churning_iteration(CachingPool& pool) {
+  void* x = pool.allocate(1 * MiB);  // lives through the iteration, in a 2 MiB segment
+  void* a = pool.allocate(4 * MiB);  // a 4 MiB segment
+  pool.free(a);
+  void* c = pool.allocate(6 * MiB);  // growing past the peak: a's segment is released first
+  pool.free(c);
+  pool.free(x);  // the stream is empty now, holding 2 segments
+}
+
+TEST_F(CachingPoolTest, ConsolidatesAChurningStreamIntoOneArena) {
+  CachingPool pool(upstream_);
+  churning_iteration(pool);
+  PoolStats s = pool.stats();
+  EXPECT_EQ(s.consolidations, 1u);
+  EXPECT_EQ(s.segments, 1u);
+  EXPECT_EQ(s.reserved_bytes, 8 * MiB);  // the peak footprint: 2 + 6 MiB
+  const std::uint64_t calls = upstream_.stats().allocations;
+  for (int i = 0; i < 3; ++i) churning_iteration(pool);
+  s = pool.stats();
+  EXPECT_EQ(upstream_.stats().allocations, calls) << "later iterations run in the arena";
+  EXPECT_EQ(s.consolidations, 1u);
+  EXPECT_EQ(s.peak_reserved_bytes, 8 * MiB);
+  pool.check_invariants();
+}
+
+TEST_F(CachingPoolTest, DoesNotConsolidateWhenDisabled) {
+  CachingPoolOptions options;
+  options.consolidate_when_empty = false;
+  CachingPool pool(upstream_, options);
+  for (int i = 0; i < 3; ++i) churning_iteration(pool);
+  EXPECT_EQ(pool.stats().consolidations, 0u);
+  EXPECT_EQ(pool.stats().segments, 2u);
+}
+
+TEST_F(CachingPoolTest, DoesNotConsolidateAStreamThatNeverReleased) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(2 * MiB);
+  void* b = pool.allocate(2 * MiB);  // two segments, grown without releasing anything
+  pool.free(a);
+  pool.free(b);
+  EXPECT_EQ(pool.stats().consolidations, 0u);
+  EXPECT_EQ(pool.stats().segments, 2u);
+}
+
+TEST_F(CachingPoolTest, OutOfMemoryReleasesTheCacheAndRetries) {
+  LimitResource card(upstream_, 16 * MiB);
+  CachingPoolOptions options;
+  options.release_cached_before_growth = false;
+  CachingPool pool(card, options);
+  void* a = pool.allocate(2 * MiB);
+  void* b = pool.allocate(10 * MiB);
+  pool.free(b);  // 10 MiB cached, 12 MiB reserved
+  void* c = pool.allocate(12 * MiB);  // needs the cache back
+  EXPECT_EQ(pool.stats().oom_retries, 1u);
+  EXPECT_EQ(pool.stats().ooms, 0u);
+  pool.free(a);
+  pool.free(c);
+  pool.check_invariants();
+}
+
+TEST_F(CachingPoolTest, OutOfMemoryStatesTheFiguresAndLeavesThePoolWorking) {
+  LimitResource card(upstream_, 16 * MiB);
+  CachingPool pool(card);
+  void* a = pool.allocate(10 * MiB);
+  const PoolStats before = pool.stats();
+  try {
+    (void)pool.allocate(8 * MiB);
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_EQ(e.info.requested, 8 * MiB);
+    EXPECT_EQ(e.info.live, 10 * MiB);
+    EXPECT_EQ(e.info.reserved, 10 * MiB);
+    EXPECT_EQ(e.info.capacity, 16 * MiB);
+    const std::string what = e.what();
+    for (const char* word : {"live", "reserved", "largest free", "capacity"}) {
+      EXPECT_NE(what.find(word), std::string::npos) << word << " missing from: " << what;
+    }
+  }
+  const PoolStats after = pool.stats();
+  EXPECT_EQ(after.live_bytes, before.live_bytes);
+  EXPECT_EQ(after.allocations, before.allocations);
+  EXPECT_EQ(after.ooms, 1u);
+  pool.check_invariants();
+  void* b = pool.allocate(4 * MiB);
+  pool.free(b);
+  pool.free(a);
+}
+
+TEST_F(CachingPoolTest, HonoursLargeAlignments) {
+  CachingPool pool(upstream_);
+  for (std::size_t alignment : {std::size_t{1024}, 4 * KiB, 64 * KiB, 1 * MiB, 4 * MiB}) {
+    void* p = pool.allocate(1000, alignment, kDefaultStream);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignment, 0u) << alignment;
+    pool.free(p);
+  }
+  pool.check_invariants();
+}
+
+TEST_F(CachingPoolTest, RejectsAlignmentThatIsNotAPowerOfTwo) {
+  CachingPool pool(upstream_);
+  EXPECT_THROW((void)pool.allocate(64, 3, kDefaultStream), InvalidArgument);
+  EXPECT_THROW((void)pool.allocate(64, 2 * CachingPool::kMaxAlignment, kDefaultStream),
+               InvalidArgument);
+  EXPECT_EQ(pool.stats().allocations, 0u);
+}
+
+TEST_F(CachingPoolTest, DoubleFreeIsRejectedAndNamed) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(4096);
+  void* keep = pool.allocate(4096);
+  pool.free(a);
+  try {
+    pool.free(a);
+    FAIL() << "expected InvalidPointer";
+  } catch (const InvalidPointer& e) {
+    EXPECT_NE(std::string(e.what()).find("double free"), std::string::npos) << e.what();
+    EXPECT_EQ(e.pointer, a);
+  }
+  pool.check_invariants();
+  pool.free(keep);
+}
+
+TEST_F(CachingPoolTest, InteriorPointerIsRejectedAndNamed) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(4096);
+  try {
+    pool.free(static_cast<char*>(a) + 512);
+    FAIL() << "expected InvalidPointer";
+  } catch (const InvalidPointer& e) {
+    EXPECT_NE(std::string(e.what()).find("interior"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(pool.stats().live_allocations, 1u);
+  pool.free(a);
+}
+
+TEST_F(CachingPoolTest, DeallocateWithWrongSizeIsRejected) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(1000);
+  EXPECT_THROW(pool.deallocate(a, 999), InvalidArgument);
+  EXPECT_EQ(pool.allocation_size(a), 1000u);
+  pool.deallocate(a, 1000);
+}
+
+TEST_F(CachingPoolTest, BadOptionsAreRejected) {
+  CachingPoolOptions bad;
+  bad.segment_granularity = 3000;
+  EXPECT_THROW(CachingPool(upstream_, bad), InvalidArgument);
+  CachingPoolOptions bad_min;
+  bad_min.min_segment_size = 3 * MiB;
+  EXPECT_THROW(CachingPool(upstream_, bad_min), InvalidArgument);
+  CachingPoolOptions bad_reservation;
+  bad_reservation.initial_reservation = 1 * MiB;
+  EXPECT_THROW(CachingPool(upstream_, bad_reservation), InvalidArgument);
+}
+
+TEST_F(CachingPoolTest, InitialReservationBeyondCapacityFailsConstruction) {
+  LimitResource card(upstream_, 8 * MiB);
+  CachingPoolOptions options;
+  options.initial_reservation = 16 * MiB;
+  EXPECT_THROW(CachingPool(card, options), OutOfMemory);
+  EXPECT_EQ(card.used(), 0u);
+}
+
+TEST_F(CachingPoolTest, FreeSegmentMovesToAnotherStreamInsteadOfGrowing) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(8 * MiB, Stream{1});
+  pool.free(a, Stream{1});
+  void* b = pool.allocate(8 * MiB, Stream{2});
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(upstream_.stats().allocations, 1u);
+  pool.free(b, Stream{2});
+  pool.check_invariants();
+}
+
+// Events that complete only when the test says so: models a device stream still running.
+class ManualEvents final : public StreamEvents {
+ public:
+  Event record(Stream stream) override {
+    recorded.push_back(stream);
+    return ++next_;
+  }
+  bool query(Event e) override { return completed.count(e) != 0; }
+  void synchronize(Event e) override {
+    completed.insert(e);
+    ++waits;
+  }
+  void release(Event e) override { released.insert(e); }
+  bool idle(Stream) override { return busy_streams == 0; }
+
+  std::vector<Stream> recorded;
+  std::set<Event> completed;
+  std::set<Event> released;
+  int waits = 0;
+  int busy_streams = 0;
+
+ private:
+  Event next_ = 0;
+};
+
+TEST_F(CachingPoolTest, CrossStreamFreeIsReusedOnlyAfterItsEvent) {
+  ManualEvents events;
+  CachingPoolOptions options;
+  options.stream_events = &events;
+  CachingPool pool(upstream_, options);
+  void* a = pool.allocate(1 * MiB, Stream{1});
+  void* fill = pool.allocate(1 * MiB, Stream{1});  // the rest of the 2 MiB segment
+  pool.free(a, Stream{2});  // freed on stream 2: stream 1 must wait for stream 2's work
+  ASSERT_EQ(events.recorded.size(), 1u);
+  EXPECT_EQ(events.recorded[0], Stream{2});
+  EXPECT_EQ(pool.stats().pending_free_bytes, 1 * MiB);
+  EXPECT_EQ(pool.stats().live_allocations, 1u);
+
+  void* b = pool.allocate(1 * MiB, Stream{1});
+  EXPECT_NE(b, a);  // event not complete: a new segment instead
+  pool.free(b, Stream{1});
+
+  events.completed.insert(1);
+  void* big = pool.allocate(8 * MiB, Stream{1});  // a miss polls the event: a is free again
+  EXPECT_EQ(pool.stats().pending_free_bytes, 0u);
+  EXPECT_EQ(events.released.count(1), 1u);
+  EXPECT_EQ(events.waits, 0);  // polled, never waited for
+  void* again = pool.allocate(1 * MiB, Stream{1});
+  EXPECT_EQ(again, a);  // best fit: a's 1 MiB hole beats the free 2 MiB segment
+  for (void* p : {big, again, fill}) pool.free(p, Stream{1});
+  pool.check_invariants();
+}
+
+TEST_F(CachingPoolTest, RecordStreamMakesTheFreeWaitForThatStream) {
+  ManualEvents events;
+  CachingPoolOptions options;
+  options.stream_events = &events;
+  CachingPool pool(upstream_, options);
+  void* a = pool.allocate(1 * MiB, Stream{1});
+  pool.record_stream(a, Stream{3});
+  pool.record_stream(a, Stream{3});  // recorded once
+  pool.free(a, Stream{1});
+  ASSERT_EQ(events.recorded.size(), 1u);
+  EXPECT_EQ(events.recorded[0], Stream{3});
+  EXPECT_EQ(pool.stats().pending_free_bytes, 1 * MiB);
+  // trim waits for pending frees, then the segment is wholly free and released.
+  EXPECT_EQ(pool.trim(), 2 * MiB);
+  EXPECT_EQ(events.waits, 1);
+  pool.check_invariants();
+}
+
+TEST_F(CachingPoolTest, CacheHitMakesNoSystemCallAndNoHeapAllocation) {
+  CachingPool pool(upstream_);
+  // Warm up: the sizes of the loop below are cached after this.
+  for (int i = 0; i < 4; ++i) {
+    void* a = pool.allocate(1 * MiB);
+    void* b = pool.allocate(4 * KiB);
+    pool.free(b);
+    pool.free(a);
+  }
+  const std::uint64_t upstream_calls = upstream_.stats().allocations;
+  const std::size_t heap_before = g_heap_allocations.load();
+  for (int i = 0; i < 10000; ++i) {
+    void* a = pool.allocate(1 * MiB);
+    void* b = pool.allocate(4 * KiB);
+    pool.free(a);
+    pool.free(b);
+  }
+  EXPECT_EQ(g_heap_allocations.load() - heap_before, 0u);
+  EXPECT_EQ(upstream_.stats().allocations, upstream_calls);
+}
+
+TEST_F(CachingPoolTest, ResetPeakStartsANewHighWaterMark) {
+  CachingPool pool(upstream_);
+  void* a = pool.allocate(6 * MiB);
+  pool.free(a);
+  EXPECT_EQ(pool.stats().peak_live_bytes, 6 * MiB);
+  pool.reset_peak();
+  EXPECT_EQ(pool.stats().peak_live_bytes, 0u);
+  EXPECT_EQ(pool.stats().peak_reserved_bytes, 6 * MiB);  // still held
+  void* b = pool.allocate(1 * MiB);
+  EXPECT_EQ(pool.stats().peak_live_bytes, 1 * MiB);
+  pool.free(b);
+}
+
+TEST_F(CachingPoolTest, DestructionReturnsEverySegment) {
+  {
+    CachingPool pool(upstream_);
+    (void)pool.allocate(3 * MiB);  // still live at destruction
+    pool.free(pool.allocate(100 * MiB));
+    void* c = pool.allocate(1 * MiB, Stream{5});
+    pool.record_stream(c, Stream{6});
+  }
+  EXPECT_EQ(upstream_.stats().current_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace sdalloc

@@ -1,0 +1,179 @@
+// host_virtual_memory_test.cpp - HostVirtualMemory: ranges, memfd chunks, mappings, misuse.
+#include "sdalloc/resources/host_virtual_memory.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "sdalloc/core/errors.hpp"
+#include "support/test_support.hpp"
+
+namespace sdalloc {
+namespace {
+
+using test::Contains;
+
+constexpr std::size_t kPage = HostVirtualMemory::kPageSize;
+constexpr std::size_t kChunk = 16 * kPage;
+
+char* at(void* base, std::size_t offset) { return static_cast<char*>(base) + offset; }
+
+TEST(HostVirtualMemory, MappedChunkIsWritableAndNewChunksReadAsZeros) {
+  HostVirtualMemory memory;
+  EXPECT_EQ(memory.granularity(), kPage);
+  void* base = memory.reserve(4 * kChunk);
+  ASSERT_NE(base, nullptr);
+  EXPECT_EQ(memory.reserved_bytes(), 4 * kChunk);
+  const PhysicalChunk chunk = memory.create(kChunk);
+  EXPECT_EQ(chunk.bytes, kChunk);
+  EXPECT_EQ(memory.physical_bytes(), kChunk);
+  memory.map(at(base, kChunk), chunk);
+  EXPECT_EQ(memory.mapped_bytes(), kChunk);
+  for (std::size_t i = 0; i < kChunk; i += 512) EXPECT_EQ(*at(base, kChunk + i), 0);
+  std::memset(at(base, kChunk), 0x5a, kChunk);
+  memory.unmap(at(base, kChunk), kChunk, Stream{});
+  memory.destroy(chunk);
+  // The extent is reused, punched out: zeros again.
+  const PhysicalChunk again = memory.create(kChunk);
+  memory.map(base, again);
+  for (std::size_t i = 0; i < kChunk; i += 512) ASSERT_EQ(*at(base, i), 0) << i;
+  memory.unmap(base, kChunk, Stream{});
+  memory.destroy(again);
+  memory.release(base, 4 * kChunk);
+  EXPECT_EQ(memory.physical_bytes(), 0u);
+  EXPECT_EQ(memory.mapped_bytes(), 0u);
+  EXPECT_EQ(memory.reserved_bytes(), 0u);
+}
+
+TEST(HostVirtualMemory, RemappedChunkKeepsItsContents) {
+  HostVirtualMemory memory;
+  void* first = memory.reserve(2 * kChunk);
+  void* second = memory.reserve(2 * kChunk);
+  const PhysicalChunk a = memory.create(kChunk);
+  const PhysicalChunk b = memory.create(kChunk);
+  memory.map(first, a);
+  memory.map(at(first, kChunk), b);
+  std::memset(first, 'a', kChunk);
+  std::memset(at(first, kChunk), 'b', kChunk);
+  memory.unmap(first, kChunk, Stream{});
+  memory.unmap(at(first, kChunk), kChunk, Stream{});
+  // Swapped, and in another range.
+  memory.map(second, b);
+  memory.map(at(second, kChunk), a);
+  for (std::size_t i = 0; i < kChunk; i += 64) {
+    ASSERT_EQ(*at(second, i), 'b') << i;
+    ASSERT_EQ(*at(second, kChunk + i), 'a') << i;
+  }
+  memory.unmap(second, kChunk, Stream{});
+  memory.unmap(at(second, kChunk), kChunk, Stream{});
+  memory.destroy(a);
+  memory.destroy(b);
+  memory.release(first, 2 * kChunk);
+  memory.release(second, 2 * kChunk);
+}
+
+TEST(HostVirtualMemory, ReserveHonoursAlignment) {
+  HostVirtualMemory memory;
+  constexpr std::size_t kAlignment = std::size_t{2} << 20;
+  void* base = memory.reserve(kChunk, kAlignment);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(base) % kAlignment, 0u);
+  memory.release(base, kChunk);
+  EXPECT_THROW((void)memory.reserve(kChunk, 3 * kPage), InvalidArgument);
+}
+
+TEST(HostVirtualMemory, MisuseIsRejectedBeforeAnySystemCall) {
+  HostVirtualMemory memory;
+  void* base = memory.reserve(4 * kChunk);
+  const PhysicalChunk chunk = memory.create(kChunk);
+  memory.map(base, chunk);
+  std::memset(base, 7, kChunk);
+  const PhysicalChunk other = memory.create(kChunk);
+
+  auto expect_invalid = [](const std::string& what, auto&& call, const std::string& part) {
+    SCOPED_TRACE(what);
+    try {
+      call();
+      ADD_FAILURE() << what << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_TRUE(Contains(e.what(), part));
+    }
+  };
+  expect_invalid("zero-size reserve", [&] { (void)memory.reserve(0); }, "multiple of 4096");
+  expect_invalid("odd-size create", [&] { (void)memory.create(kPage + 1); }, "multiple of 4096");
+  expect_invalid("map over a mapping", [&] { memory.map(at(base, kPage), other); }, "overlaps");
+  expect_invalid("map of a mapped chunk", [&] { memory.map(at(base, kChunk), chunk); },
+                 "already mapped");
+  expect_invalid("map outside any range", [&] { memory.map(at(base, 4 * kChunk), other); },
+                 "inside a reserved range");
+  expect_invalid("map across the end of a range", [&] { memory.map(at(base, 3 * kChunk + kPage), other); },
+                 "inside a reserved range");
+  expect_invalid("unaligned map", [&] { memory.map(at(base, kChunk + 8), other); },
+                 "page-aligned");
+  expect_invalid("map of an unknown chunk", [&] { memory.map(at(base, kChunk), {12345, kChunk}); },
+                 "not a chunk created here");
+  expect_invalid("unmap of a part of a mapping", [&] { memory.unmap(base, kPage, Stream{}); },
+                 "not a mapping");
+  expect_invalid("unmap where nothing is mapped",
+                 [&] { memory.unmap(at(base, kChunk), kChunk, Stream{}); }, "not a mapping");
+  expect_invalid("destroy of a mapped chunk", [&] { memory.destroy(chunk); }, "while it is mapped");
+  expect_invalid("release with mappings", [&] { memory.release(base, 4 * kChunk); },
+                 "still mapped");
+  expect_invalid("release of a part of a range", [&] { memory.release(base, kChunk); },
+                 "not a range reserved here");
+
+  // Nothing changed: the mapping still holds its bytes, and the figures are as before.
+  for (std::size_t i = 0; i < kChunk; i += 256) ASSERT_EQ(*at(base, i), 7);
+  EXPECT_EQ(memory.mapped_bytes(), kChunk);
+  EXPECT_EQ(memory.physical_bytes(), 2 * kChunk);
+  memory.map(at(base, kChunk), other);  // the right call still works
+  memory.unmap(at(base, kChunk), kChunk, Stream{});
+  memory.unmap(base, kChunk, Stream{});
+  memory.destroy(chunk);
+  memory.destroy(other);
+  memory.release(base, 4 * kChunk);
+}
+
+TEST(HostVirtualMemory, PhysicalLimitFailsCreateWithOutOfMemory) {
+  HostVirtualMemory memory({.physical_limit = 2 * kChunk});
+  EXPECT_EQ(memory.physical_capacity(), 2 * kChunk);
+  const PhysicalChunk a = memory.create(kChunk);
+  const PhysicalChunk b = memory.create(kChunk);
+  try {
+    (void)memory.create(kPage);
+    ADD_FAILURE() << "created past the limit";
+  } catch (const OutOfMemory& e) {
+    EXPECT_EQ(e.info.requested, kPage);
+    EXPECT_EQ(e.info.capacity, 2 * kChunk);
+    EXPECT_TRUE(Contains(e.what(), "available"));
+  }
+  memory.destroy(a);
+  EXPECT_NO_THROW(memory.destroy(memory.create(kChunk)));
+  memory.destroy(b);
+  EXPECT_THROW(HostVirtualMemory({.physical_limit = kPage + 1}), InvalidArgument);
+}
+
+TEST(HostVirtualMemory, DestructorReleasesWhatWasLeft) {
+  auto memory = std::make_unique<HostVirtualMemory>();
+  void* base = memory->reserve(kChunk);
+  memory->map(base, memory->create(kChunk));
+  std::memset(base, 1, kChunk);
+  EXPECT_NO_THROW(memory.reset());
+}
+
+TEST(HostVirtualMemory, PopulateOptionPrefaultsMappedPages) {
+  HostVirtualMemory memory({.populate = true});
+  EXPECT_TRUE(Contains(memory.name(), "populate"));
+  void* base = memory.reserve(kChunk);
+  const PhysicalChunk chunk = memory.create(kChunk);
+  memory.map(base, chunk);
+  for (std::size_t i = 0; i < kChunk; i += kPage) EXPECT_EQ(*at(base, i), 0);
+  memory.unmap(base, kChunk, Stream{});
+  memory.destroy(chunk);
+  memory.release(base, kChunk);
+}
+
+}  // namespace
+}  // namespace sdalloc

@@ -1,0 +1,637 @@
+// Behaviour specific to each resource and adaptor, the error helpers and the pool-statistics
+// views. The generic resource contract (zero bytes, alignment, threads, streams) is checked
+// for every resource by the conformance suite in tests/conformance/.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/trace/event_trace.hpp"
+#include "sdalloc/resources/host_resource.hpp"
+#include "sdalloc/resources/limit_resource.hpp"
+#include "sdalloc/core/pool_stats.hpp"
+#include "sdalloc/resources/stats_resource.hpp"
+#include "sdalloc/core/stream_events.hpp"
+#include "sdalloc/resources/trace_resource.hpp"
+#include "support/test_support.hpp"
+
+namespace sdalloc {
+namespace {
+
+using test::Contains;
+using test::TempDir;
+
+// Passes when `part` occurs in `text`; the failure message shows both.
+
+constexpr std::size_t kKiB = std::size_t{1} << 10;
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t kGiB = std::size_t{1} << 30;
+
+std::uintptr_t address(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr); }
+
+// True when no page of [ptr, ptr + bytes) is mapped any more (mincore fails with ENOMEM).
+bool is_unmapped(void* ptr, std::size_t bytes) {
+  std::vector<unsigned char> residency(bytes / HostResource::kPageSize + 1);
+  return ::mincore(ptr, bytes, residency.data()) != 0 && errno == ENOMEM;
+}
+
+// An upstream that refuses every request, to see what an adaptor does when its upstream
+// throws.
+class RefusingResource final : public MemoryResource {
+ public:
+  std::string name() const override { return "refusing"; }
+  int calls = 0;
+
+ private:
+  void* do_allocate(std::size_t bytes, Stream) override {
+    ++calls;
+    OutOfMemoryInfo info;
+    info.requested = bytes;
+    throw OutOfMemory::describe(name(), info);
+  }
+  void do_deallocate(void*, std::size_t, Stream) override {}
+};
+
+// ---------------------------------------------------------------------------------------
+// HostResource
+
+TEST(HostResourceTest, ResultsArePageAligned) {
+  HostResource host;
+  for (const std::size_t bytes : {std::size_t{1}, std::size_t{100}, 4 * kKiB + 1, kMiB + 3}) {
+    void* ptr = host.allocate(bytes);
+    ASSERT_NE(ptr, nullptr);
+    EXPECT_EQ(address(ptr) % HostResource::kPageSize, 0u) << bytes << " bytes";
+    host.deallocate(ptr, bytes);
+  }
+}
+
+TEST(HostResourceTest, HugePageResultsAreTwoMiBAligned) {
+  HostResource host(HostResourceOptions{.transparent_huge_pages = true});
+  std::vector<std::pair<void*, std::size_t>> held;
+  // Several live at once, so they cannot all land on a 2 MiB boundary by chance.
+  for (const std::size_t bytes : {std::size_t{4096}, 3 * kMiB + 5, std::size_t{100}, 2 * kMiB}) {
+    void* ptr = host.allocate(bytes);
+    ASSERT_NE(ptr, nullptr);
+    EXPECT_EQ(address(ptr) % HostResource::kHugePageSize, 0u) << bytes << " bytes";
+    held.emplace_back(ptr, bytes);
+  }
+  for (const auto& [ptr, bytes] : held) host.deallocate(ptr, bytes);
+}
+
+TEST(HostResourceTest, MemoryIsWritableEndToEnd) {
+  for (const bool huge : {false, true}) {
+    HostResource host(HostResourceOptions{.transparent_huge_pages = huge});
+    const std::size_t bytes = 3 * kMiB + 17;  // not a multiple of any page size
+    auto* data = static_cast<unsigned char*>(host.allocate(bytes));
+    ASSERT_NE(data, nullptr);
+    EXPECT_EQ(data[0], 0) << "anonymous memory starts zeroed";
+    std::memset(data, 0xab, bytes);
+    EXPECT_EQ(data[0], 0xab);
+    EXPECT_EQ(data[bytes / 2], 0xab);
+    EXPECT_EQ(data[bytes - 1], 0xab);
+    host.deallocate(data, bytes);
+  }
+}
+
+TEST(HostResourceTest, PopulatedMemoryIsUsable) {
+  for (const bool huge : {false, true}) {
+    HostResource host(HostResourceOptions{.transparent_huge_pages = huge, .populate = true});
+    const std::size_t bytes = 4 * kMiB;
+    auto* data = static_cast<unsigned char*>(host.allocate(bytes));
+    ASSERT_NE(data, nullptr);
+    EXPECT_EQ(data[bytes - 1], 0);
+    data[bytes - 1] = 7;
+    EXPECT_EQ(data[bytes - 1], 7);
+    host.deallocate(data, bytes);
+  }
+}
+
+TEST(HostResourceTest, ZeroBytesGiveNullAndNullFreeIsANoOp) {
+  HostResource host;
+  EXPECT_EQ(host.allocate(0), nullptr);
+  host.deallocate(nullptr, 0);
+  host.deallocate(nullptr, 4096);
+}
+
+TEST(HostResourceTest, DeallocateReturnsTheWholeRangeToTheSystem) {
+  for (const bool huge : {false, true}) {
+    HostResource host(HostResourceOptions{.transparent_huge_pages = huge});
+    const std::size_t bytes = 5 * kMiB + 1;  // the last page is only partly requested
+    void* ptr = host.allocate(bytes);
+    ASSERT_FALSE(is_unmapped(ptr, bytes));
+    host.deallocate(ptr, bytes);
+    EXPECT_TRUE(is_unmapped(ptr, bytes)) << (huge ? "host(thp)" : "host");
+  }
+}
+
+TEST(HostResourceTest, ImpossibleRequestThrowsOutOfMemoryWithErrnoText) {
+  HostResource host;
+  const std::size_t bytes = std::size_t{1} << 62;  // more than any address space
+  try {
+    host.allocate(bytes);
+    FAIL() << "a 4 EiB mapping succeeded";
+  } catch (const OutOfMemory& error) {
+    EXPECT_EQ(error.info.requested, bytes);
+    EXPECT_TRUE(Contains(error.what(), "host could not allocate " + format_bytes(bytes)));
+    EXPECT_TRUE(Contains(error.what(), std::strerror(ENOMEM)));
+  }
+  EXPECT_THROW(host.allocate(std::numeric_limits<std::size_t>::max()), OutOfMemory);
+}
+
+TEST(HostResourceTest, NameSaysWhetherHugePagesAreUsed) {
+  EXPECT_EQ(HostResource().name(), "host");
+  EXPECT_EQ(HostResource(HostResourceOptions{.transparent_huge_pages = true}).name(), "host(thp)");
+  EXPECT_EQ(HostResource().capacity(), 0u);
+}
+
+// ---------------------------------------------------------------------------------------
+// LimitResource
+
+TEST(LimitResourceTest, RefusesPastTheCapWithOutOfMemoryNamingCapacityAndUse) {
+  HostResource host;
+  LimitResource limit(host, kMiB);
+  void* first = limit.allocate(768 * kKiB);
+  EXPECT_EQ(limit.used(), 768 * kKiB);
+  EXPECT_EQ(limit.available(), 256 * kKiB);
+  try {
+    limit.allocate(512 * kKiB);
+    FAIL() << "allocation past the cap succeeded";
+  } catch (const OutOfMemory& error) {
+    EXPECT_EQ(error.info.requested, 512 * kKiB);
+    EXPECT_EQ(error.info.capacity, kMiB);
+    EXPECT_TRUE(Contains(error.what(), "capacity " + format_bytes(kMiB)));
+    EXPECT_TRUE(Contains(error.what(), format_bytes(768 * kKiB) + " of the capacity in use"));
+    EXPECT_TRUE(Contains(error.what(), "limit(host, 1.0 MiB) could not allocate"));
+  }
+  EXPECT_EQ(limit.used(), 768 * kKiB) << "a refused request reserves nothing";
+  limit.deallocate(first, 768 * kKiB);
+}
+
+TEST(LimitResourceTest, ExactlyTheCapacityFitsAndOneMoreByteDoesNot) {
+  HostResource host;
+  LimitResource limit(host, 64 * kKiB);
+  void* all = limit.allocate(64 * kKiB);
+  EXPECT_EQ(limit.available(), 0u);
+  EXPECT_THROW(limit.allocate(1), OutOfMemory);
+  limit.deallocate(all, 64 * kKiB);
+  void* again = limit.allocate(64 * kKiB);
+  limit.deallocate(again, 64 * kKiB);
+}
+
+TEST(LimitResourceTest, RefusalDoesNotTouchTheUpstream) {
+  HostResource host;
+  StatsResource below(host);
+  LimitResource limit(below, 8 * kKiB);
+  EXPECT_THROW(limit.allocate(16 * kKiB), OutOfMemory);
+  EXPECT_EQ(below.stats().allocations, 0u);
+  EXPECT_EQ(below.stats().failures, 0u);
+}
+
+TEST(LimitResourceTest, UsedReturnsToZeroAfterFrees) {
+  HostResource host;
+  LimitResource limit(host, kGiB);
+  std::vector<std::pair<void*, std::size_t>> held;
+  for (std::size_t i = 1; i <= 8; ++i) held.emplace_back(limit.allocate(i * 1000), i * 1000);
+  EXPECT_EQ(limit.used(), 36000u);
+  for (const auto& [ptr, bytes] : held) limit.deallocate(ptr, bytes);
+  EXPECT_EQ(limit.used(), 0u);
+  EXPECT_EQ(limit.allocate(0), nullptr);
+  limit.deallocate(nullptr, 0);
+  EXPECT_EQ(limit.used(), 0u);
+}
+
+TEST(LimitResourceTest, UpstreamFailureUndoesTheReservation) {
+  RefusingResource refusing;
+  LimitResource limit(refusing, kMiB);
+  EXPECT_THROW(limit.allocate(4 * kKiB), OutOfMemory);
+  EXPECT_EQ(refusing.calls, 1);
+  EXPECT_EQ(limit.used(), 0u);
+  EXPECT_EQ(limit.available(), kMiB);
+}
+
+TEST(LimitResourceTest, ConcurrentThreadsNeverPassTheCap) {
+  constexpr std::size_t kCapacity = 256 * kKiB;
+  HostResource host;
+  StatsResource below(host);  // sees what really reached the system
+  LimitResource limit(below, kCapacity);
+  std::atomic<std::uint64_t> refusals{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 random(t);
+      std::uniform_int_distribution<std::size_t> pages(1, 24);
+      std::vector<std::pair<void*, std::size_t>> held;
+      for (int i = 0; i < 1500; ++i) {
+        const std::size_t bytes = pages(random) * 4 * kKiB;
+        try {
+          held.emplace_back(limit.allocate(bytes), bytes);
+        } catch (const OutOfMemory&) {
+          refusals.fetch_add(1);
+        }
+        if (held.size() > 3 || (!held.empty() && random() % 2 == 0)) {
+          limit.deallocate(held.front().first, held.front().second);
+          held.erase(held.begin());
+        }
+      }
+      for (const auto& [ptr, bytes] : held) limit.deallocate(ptr, bytes);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_LE(below.stats().peak_bytes, kCapacity);
+  EXPECT_GT(refusals.load(), 0u) << "the test must actually run into the cap";
+  EXPECT_EQ(limit.used(), 0u);
+  EXPECT_EQ(below.stats().current_bytes, 0u);
+}
+
+TEST(LimitResourceTest, NameAndCapacityDescribeTheCap) {
+  HostResource host;
+  LimitResource limit(host, 8 * kGiB);
+  EXPECT_EQ(limit.name(), "limit(host, 8.0 GiB)");
+  EXPECT_EQ(limit.capacity(), 8 * kGiB);
+  EXPECT_EQ(&limit.upstream(), &host);
+}
+
+// ---------------------------------------------------------------------------------------
+// StatsResource
+
+TEST(StatsResourceTest, CountsCurrentPeakAndTotals) {
+  HostResource host;
+  StatsResource stats(host);
+  void* a = stats.allocate(1000);
+  void* b = stats.allocate(3000);
+  stats.deallocate(a, 1000);
+  void* c = stats.allocate(500);
+  ResourceStats s = stats.stats();
+  EXPECT_EQ(s.current_bytes, 3500u);
+  EXPECT_EQ(s.peak_bytes, 4000u);
+  EXPECT_EQ(s.total_bytes, 4500u);
+  EXPECT_EQ(s.current_count, 2u);
+  EXPECT_EQ(s.peak_count, 2u);
+  EXPECT_EQ(s.allocations, 3u);
+  EXPECT_EQ(s.deallocations, 1u);
+  EXPECT_EQ(s.failures, 0u);
+  stats.deallocate(b, 3000);
+  stats.deallocate(c, 500);
+  s = stats.stats();
+  EXPECT_EQ(s.current_bytes, 0u);
+  EXPECT_EQ(s.current_count, 0u);
+  EXPECT_EQ(s.peak_bytes, 4000u);
+  EXPECT_EQ(s.deallocations, 3u);
+}
+
+TEST(StatsResourceTest, ResetPeakLowersPeaksToCurrentFigures) {
+  HostResource host;
+  StatsResource stats(host);
+  void* big = stats.allocate(10000);
+  void* small = stats.allocate(100);
+  stats.deallocate(big, 10000);
+  stats.reset_peak();
+  ResourceStats s = stats.stats();
+  EXPECT_EQ(s.peak_bytes, 100u);
+  EXPECT_EQ(s.peak_count, 1u);
+  void* next = stats.allocate(50);
+  EXPECT_EQ(stats.stats().peak_bytes, 150u);
+  EXPECT_EQ(stats.stats().peak_count, 2u);
+  stats.deallocate(next, 50);
+  stats.deallocate(small, 100);
+}
+
+TEST(StatsResourceTest, FailedAllocationsAreCountedAsFailuresOnly) {
+  RefusingResource refusing;
+  StatsResource stats(refusing);
+  EXPECT_THROW(stats.allocate(4096), OutOfMemory);
+  const ResourceStats s = stats.stats();
+  EXPECT_EQ(s.failures, 1u);
+  EXPECT_EQ(s.allocations, 0u);
+  EXPECT_EQ(s.current_bytes, 0u);
+  EXPECT_EQ(s.total_bytes, 0u);
+}
+
+TEST(StatsResourceTest, ZeroByteRequestsAreNotCounted) {
+  HostResource host;
+  StatsResource stats(host);
+  EXPECT_EQ(stats.allocate(0), nullptr);
+  stats.deallocate(nullptr, 0);
+  const ResourceStats s = stats.stats();
+  EXPECT_EQ(s.allocations, 0u);
+  EXPECT_EQ(s.deallocations, 0u);
+}
+
+TEST(StatsResourceTest, PeakCoversConcurrentAllocations) {
+  HostResource host;
+  StatsResource stats(host);
+  constexpr int kThreads = 4;
+  std::atomic<int> holding{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      void* ptr = stats.allocate(4096);
+      holding.fetch_add(1);
+      while (holding.load() < kThreads) std::this_thread::yield();  // all live at once
+      stats.deallocate(ptr, 4096);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(stats.stats().peak_bytes, kThreads * 4096u);
+  EXPECT_EQ(stats.stats().peak_count, static_cast<std::size_t>(kThreads));
+  EXPECT_EQ(stats.stats().current_bytes, 0u);
+}
+
+TEST(StatsResourceTest, NameAndCapacityComeFromTheUpstream) {
+  HostResource host;
+  LimitResource limit(host, 2 * kMiB);
+  StatsResource stats(limit);
+  EXPECT_EQ(stats.name(), "stats(limit(host, 2.0 MiB))");
+  EXPECT_EQ(stats.capacity(), 2 * kMiB);
+}
+
+// ---------------------------------------------------------------------------------------
+// TraceResource
+
+TEST(TraceResourceTest, WritesOneExactLinePerEvent) {
+  HostResource host;
+  std::ostringstream out;
+  {
+    TraceResource trace(host, out);
+    void* a = trace.allocate(4096, Stream(0));
+    void* b = trace.allocate(100, Stream(7));
+    trace.deallocate(a, 4096, Stream(3));
+    void* c = trace.allocate(1, Stream(0));
+    trace.deallocate(c, 1, Stream(0));
+    trace.deallocate(b, 100, Stream(7));
+    EXPECT_EQ(trace.events(), 6u);
+  }
+  EXPECT_EQ(out.str(),
+            "op,id,size,stream\n"
+            "a,0,4096,0\n"
+            "a,1,100,7\n"
+            "f,0,4096,3\n"
+            "a,2,1,0\n"
+            "f,2,1,0\n"
+            "f,1,100,7\n");
+}
+
+TEST(TraceResourceTest, ZeroBytesNullFreesAndFailuresAreNotEvents) {
+  HostResource host;
+  LimitResource limit(host, 8 * kKiB);
+  std::ostringstream out;
+  TraceResource trace(limit, out);
+  EXPECT_EQ(trace.allocate(0), nullptr);
+  trace.deallocate(nullptr, 0);
+  EXPECT_THROW(trace.allocate(16 * kKiB), OutOfMemory);
+  void* ptr = trace.allocate(100);
+  trace.deallocate(ptr, 100);
+  EXPECT_EQ(trace.events(), 2u);
+  EXPECT_EQ(out.str(), "op,id,size,stream\na,0,100,0\nf,0,100,0\n")
+      << "the failed request must not use up an id";
+}
+
+TEST(TraceResourceTest, UnknownPointerIsRejectedAndNotForwarded) {
+  HostResource host;
+  StatsResource below(host);
+  std::ostringstream out;
+  TraceResource trace(below, out);
+  int not_from_the_trace = 0;
+  try {
+    trace.deallocate(&not_from_the_trace, sizeof not_from_the_trace);
+    FAIL() << "an unknown pointer was accepted";
+  } catch (const InvalidPointer& error) {
+    EXPECT_EQ(error.pointer, &not_from_the_trace);
+  }
+  void* ptr = trace.allocate(64);
+  trace.deallocate(ptr, 64);
+  EXPECT_THROW(trace.deallocate(ptr, 64), InvalidPointer) << "double free";
+  EXPECT_EQ(below.stats().deallocations, 1u);
+  EXPECT_EQ(trace.events(), 2u);
+}
+
+TEST(TraceResourceTest, FileTraceReadsBackAsTheSameEvents) {
+  const std::string path = ::testing::TempDir() + "sdalloc_trace_resource_test.csv";
+  HostResource host;
+  {
+    TraceResource trace(host, path);
+    void* a = trace.allocate(300, Stream(2));
+    void* b = trace.allocate(5000);
+    trace.deallocate(a, 300, Stream(2));
+    trace.deallocate(b, 5000);
+  }  // flushed on destruction
+  const EventTrace read = read_event_trace(path);
+  ASSERT_EQ(read.events.size(), 4u);
+  EXPECT_EQ(read.events[0].op, TraceEvent::Op::kAlloc);
+  EXPECT_EQ(read.events[0].size, 300u);
+  EXPECT_EQ(read.events[0].stream, 2u);
+  EXPECT_EQ(read.events[3].op, TraceEvent::Op::kFree);
+  EXPECT_EQ(read.events[3].id, 1u);
+  EXPECT_EQ(read.peak_live_bytes(), 5300u);
+  std::remove(path.c_str());
+}
+
+TEST(TraceResourceTest, UncreatableFileIsAnInvalidArgumentNamingThePath) {
+  HostResource host;
+  const std::string path = "/nonexistent-sdalloc-dir/trace.csv";
+  try {
+    TraceResource trace(host, path);
+    FAIL() << "opened " << path;
+  } catch (const InvalidArgument& error) {
+    EXPECT_TRUE(Contains(error.what(), path));
+  }
+}
+
+TEST(TraceResourceTest, ConcurrentCallsProduceAValidTrace) {
+  HostResource host;
+  std::ostringstream out;
+  TraceResource trace(host, out);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 4; ++t) {
+    threads.emplace_back([&trace, t] {
+      for (std::size_t i = 1; i <= 300; ++i) {
+        const std::size_t bytes = i * 64;
+        void* ptr = trace.allocate(bytes, Stream(t));
+        trace.deallocate(ptr, bytes, Stream(t));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  trace.flush();
+  std::istringstream in(out.str());
+  const EventTrace read = parse_event_trace(in, "concurrent");  // throws if inconsistent
+  EXPECT_EQ(read.events.size(), 2400u);
+  EXPECT_EQ(trace.events(), 2400u);
+}
+
+TEST(TraceResourceTest, NameAndCapacityComeFromTheUpstream) {
+  HostResource host;
+  LimitResource limit(host, 4 * kKiB);
+  std::ostringstream out;
+  TraceResource trace(limit, out);
+  EXPECT_EQ(trace.name(), "trace(limit(host, 4.0 KiB))");
+  EXPECT_EQ(trace.capacity(), 4 * kKiB);
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors and sizes
+
+TEST(FormatBytesTest, ShowsExactBytesAndAFittingUnit) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+  EXPECT_EQ(format_bytes(4096), "4096 B (4.0 KiB)");
+  EXPECT_EQ(format_bytes(1536 * kKiB), "1572864 B (1.5 MiB)");
+  EXPECT_EQ(format_bytes(2262839808u), "2262839808 B (2158.0 MiB)");
+  EXPECT_EQ(format_bytes(80 * kGiB), "85899345920 B (80.0 GiB)");
+}
+
+TEST(OutOfMemoryTest, DescribeStatesEveryField) {
+  OutOfMemoryInfo info;
+  info.requested = kGiB;
+  info.live = 3 * kMiB;
+  info.reserved = 5 * kMiB;
+  info.largest_free = 7 * kKiB;
+  info.capacity = 8 * kGiB;
+  const OutOfMemory error = OutOfMemory::describe("CachingPool(host)", info, "after a retry");
+  const std::string what = error.what();
+  EXPECT_EQ(
+      what.rfind("out of memory: CachingPool(host) could not allocate " + format_bytes(kGiB), 0),
+      0u)
+      << what;
+  EXPECT_TRUE(Contains(what, "live " + format_bytes(3 * kMiB)));
+  EXPECT_TRUE(Contains(what, "reserved " + format_bytes(5 * kMiB)));
+  EXPECT_TRUE(Contains(what, "largest free block " + format_bytes(7 * kKiB)));
+  EXPECT_TRUE(Contains(what, "capacity " + format_bytes(8 * kGiB)));
+  EXPECT_TRUE(Contains(what, "after a retry"));
+  EXPECT_EQ(error.info.requested, kGiB);
+  EXPECT_EQ(error.info.live, 3 * kMiB);
+  EXPECT_EQ(error.info.reserved, 5 * kMiB);
+  EXPECT_EQ(error.info.largest_free, 7 * kKiB);
+  EXPECT_EQ(error.info.capacity, 8 * kGiB);
+}
+
+TEST(OutOfMemoryTest, ZeroCapacityReadsAsUnlimited) {
+  OutOfMemoryInfo info;
+  info.requested = 100;
+  const std::string what = OutOfMemory::describe("host", info).what();
+  EXPECT_TRUE(Contains(what, "capacity unlimited"));
+  EXPECT_EQ(what.back(), 'd') << "no detail was given, so nothing follows: " << what;
+}
+
+// ---------------------------------------------------------------------------------------
+// PoolStats views
+
+PoolStats distinct_stats() {
+  PoolStats s;
+  s.live_bytes = 1000;
+  s.peak_live_bytes = 2000;
+  s.allocated_bytes = 1024;
+  s.peak_allocated_bytes = 2048;
+  s.reserved_bytes = 4096;
+  s.peak_reserved_bytes = 8192;
+  s.live_allocations = 3;
+  s.peak_live_allocations = 9;
+  s.allocations = 40;
+  s.frees = 37;
+  s.segments = 2;
+  s.peak_segments = 5;
+  s.segment_allocations = 11;
+  s.segment_releases = 9;
+  s.free_bytes = 3072;
+  s.largest_free_block = 2048;
+  s.pending_free_bytes = 512;
+  s.oom_retries = 6;
+  s.ooms = 1;
+  s.streams = 2;
+  return s;
+}
+
+TEST(PoolStatsTest, MemoryStatsUsePyTorchKeyNames) {
+  const std::map<std::string, std::int64_t> expected = {
+      {"allocated_bytes.all.current", 1024},
+      {"allocated_bytes.all.peak", 2048},
+      {"requested_bytes.all.current", 1000},
+      {"requested_bytes.all.peak", 2000},
+      {"reserved_bytes.all.current", 4096},
+      {"reserved_bytes.all.peak", 8192},
+      {"active_bytes.all.current", 1024 + 512},
+      {"active_bytes.all.peak", 2048},
+      {"inactive_split_bytes.all.current", 3072},
+      {"allocation.all.current", 3},
+      {"allocation.all.peak", 9},
+      {"allocation.all.allocated", 40},
+      {"allocation.all.freed", 37},
+      {"segment.all.current", 2},
+      {"segment.all.peak", 5},
+      {"num_alloc_retries", 6},
+      {"num_ooms", 1},
+      {"num_device_alloc", 11},
+      {"num_device_free", 9},
+  };
+  EXPECT_EQ(to_memory_stats(distinct_stats()), expected);
+}
+
+TEST(PoolStatsTest, FragmentationIsTheShareOfFreeMemoryOutsideTheLargestBlock) {
+  PoolStats s;
+  EXPECT_EQ(s.fragmentation(), 0.0) << "no free memory";
+  s.free_bytes = 4096;
+  s.largest_free_block = 4096;
+  EXPECT_EQ(s.fragmentation(), 0.0) << "one free block";
+  s.largest_free_block = 1024;
+  EXPECT_DOUBLE_EQ(s.fragmentation(), 0.75);
+  s.largest_free_block = 0;
+  EXPECT_DOUBLE_EQ(s.fragmentation(), 1.0);
+}
+
+TEST(PoolStatsTest, PeakOverheadRatioIsPeakReservedOverPeakLive) {
+  PoolStats s;
+  s.peak_reserved_bytes = 4096;
+  EXPECT_EQ(s.peak_overhead_ratio(), 0.0) << "nothing was ever live";
+  s.peak_live_bytes = 2048;
+  EXPECT_DOUBLE_EQ(s.peak_overhead_ratio(), 2.0);
+}
+
+TEST(PoolStatsTest, FormattedTableShowsBytesInMiBAndRatios) {
+  PoolStats s = distinct_stats();
+  s.reserved_bytes = 3 * kMiB;
+  s.peak_reserved_bytes = 1536 * kMiB;
+  s.peak_live_bytes = 1024 * kMiB;
+  const std::string table = format_stats(s);
+  EXPECT_TRUE(Contains(table, "reserved"));
+  EXPECT_TRUE(Contains(table, "3.0 MiB"));
+  EXPECT_TRUE(Contains(table, "1536.0 MiB"));
+  EXPECT_TRUE(Contains(table, "1.500"));  // peak reserved / peak live
+  EXPECT_TRUE(Contains(table, "0.333"));  // fragmentation: 1 - 2048 / 3072
+  EXPECT_TRUE(Contains(table, "oom retries"));
+  // Aligned: every row with a figure ends its current byte count in the same column.
+  std::istringstream lines(table);
+  std::string line;
+  std::size_t column = std::string::npos;
+  while (std::getline(lines, line)) {
+    const std::size_t b = line.find(" B ");
+    if (b == std::string::npos) continue;
+    if (column == std::string::npos) column = b;
+    EXPECT_EQ(b, column) << line;
+  }
+}
+
+TEST(HostStreamEventsTest, SharedInstanceReportsEveryEventComplete) {
+  HostStreamEvents& events = HostStreamEvents::instance();
+  EXPECT_EQ(&events, &HostStreamEvents::instance());
+  const StreamEvents::Event event = events.record(Stream(5));
+  EXPECT_EQ(event, StreamEvents::kNoEvent);
+  EXPECT_TRUE(events.query(event));
+  events.synchronize(event);
+  events.release(event);
+}
+
+}  // namespace
+}  // namespace sdalloc

@@ -1,0 +1,96 @@
+// failing_virtual_memory.hpp - a VirtualMemory that fails on command, for tests.
+//
+// FailingVirtualMemory forwards to a real VirtualMemory (HostVirtualMemory) and counts the
+// calls of each kind. A test arms one step ("fail the 3rd create from now, with
+// OutOfMemory") and checks that the pool above reports the failure clearly and stays
+// consistent. Only the steps that may fail by contract are armable: reserve, create, map.
+// Thread-safe like the VirtualMemory it wraps (the counters are atomics).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/core/virtual_memory.hpp"
+
+namespace sdalloc::test {
+
+class FailingVirtualMemory final : public VirtualMemory {
+ public:
+  enum class Step { kReserve, kCreate, kMap };
+  enum class Failure { kOutOfMemory, kError };
+
+  explicit FailingVirtualMemory(VirtualMemory& real) : real_(real) {}
+
+  // The `nth` call (0: the next one) of `step` from now throws `failure`; later calls pass,
+  // unless `persistent`: then every call from the nth on fails until disarm().
+  void fail(Step step, std::uint64_t nth, Failure failure = Failure::kOutOfMemory,
+            bool persistent = false) {
+    failure_ = failure;
+    persistent_ = persistent;
+    fired_[index(step)].store(false);
+    countdown_[index(step)].store(static_cast<std::int64_t>(nth));
+  }
+  void disarm() {
+    for (auto& c : countdown_) c.store(-1);
+  }
+  // Whether the armed failure has been thrown (and nothing is armed any more).
+  bool fired(Step step) const { return fired_[index(step)].load(); }
+  std::uint64_t calls(Step step) const { return calls_[index(step)].load(); }
+
+  std::size_t granularity() const override { return real_.granularity(); }
+  void* reserve(std::size_t bytes, std::size_t alignment) override {
+    maybe_fail(Step::kReserve, "reserve");
+    return real_.reserve(bytes, alignment);
+  }
+  void release(void* base, std::size_t bytes) override { real_.release(base, bytes); }
+  PhysicalChunk create(std::size_t bytes) override {
+    maybe_fail(Step::kCreate, "create");
+    return real_.create(bytes);
+  }
+  void destroy(PhysicalChunk chunk) override { real_.destroy(chunk); }
+  void map(void* address, PhysicalChunk chunk) override {
+    maybe_fail(Step::kMap, "map");
+    real_.map(address, chunk);
+  }
+  void unmap(void* address, std::size_t bytes, Stream last_use) override {
+    real_.unmap(address, bytes, last_use);
+  }
+  std::size_t physical_capacity() const override { return real_.physical_capacity(); }
+  std::string name() const override { return "failing(" + real_.name() + ")"; }
+
+ private:
+  static std::size_t index(Step step) { return static_cast<std::size_t>(step); }
+
+  void maybe_fail(Step step, const char* what) {
+    ++calls_[index(step)];
+    std::atomic<std::int64_t>& countdown = countdown_[index(step)];
+    std::int64_t left = countdown.load();
+    for (;;) {
+      if (left < 0) return;
+      if (left == 0 && persistent_) break;
+      if (countdown.compare_exchange_weak(left, left - 1)) {
+        if (left != 0) return;
+        break;
+      }
+    }
+    fired_[index(step)].store(true);
+    const std::string message = std::string("injected ") + what + " failure";
+    if (failure_ == Failure::kOutOfMemory) {
+      OutOfMemoryInfo info;
+      throw OutOfMemory::describe(name(), info, message);
+    }
+    throw Error(name() + ": " + message);
+  }
+
+  VirtualMemory& real_;
+  Failure failure_ = Failure::kOutOfMemory;
+  bool persistent_ = false;
+  std::atomic<std::int64_t> countdown_[3] = {-1, -1, -1};
+  std::atomic<bool> fired_[3] = {false, false, false};
+  std::atomic<std::uint64_t> calls_[3] = {0, 0, 0};
+};
+
+}  // namespace sdalloc::test

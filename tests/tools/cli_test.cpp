@@ -1,0 +1,176 @@
+// The `sdalloc` program end to end: exit statuses, messages, the JSON file, system
+// allocators in child processes. Runs the built binary (SDALLOC_CLI).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "replay/system_allocators.hpp"
+#include "support/test_support.hpp"
+
+namespace sdalloc::replay {
+namespace {
+
+using test::Contains;
+using test::TempDir;
+
+struct CliRun {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `sdalloc ARGS` through the shell, stdout and stderr captured in files of `dir`.
+CliRun run_cli(const TempDir& dir, const std::string& args, const std::string& stdin_file = "") {
+  const std::string out = dir.file("stdout.txt");
+  const std::string err = dir.file("stderr.txt");
+  std::string command =
+      std::string("'") + SDALLOC_CLI + "' " + args + " >'" + out + "' 2>'" + err + "'";
+  if (!stdin_file.empty()) command += " <'" + stdin_file + "'";
+  const int raw = std::system(command.c_str());
+  CliRun run;
+  run.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  run.out = test::read_file(out);
+  run.err = test::read_file(err);
+  return run;
+}
+
+std::string resnet_trace() {
+  return std::string(SDALLOC_DATA_DIR) + "/traces/torchvision_resnet50_b1_224_cpu_2pass.csv";
+}
+
+struct MalformedTrace {
+  const char* name;
+  std::string text;
+  const char* message;  // what the error must say
+};
+
+TEST(Cli, MalformedTracesExitWithStatusOneAndNameTheProblem) {
+  const std::vector<MalformedTrace> cases = {
+      {"bad header", "op,id,bytes\na,0,16\n", "header"},
+      {"unknown op", "op,id,size\na,0,16\nx,0,16\n", "unknown op 'x'"},
+      {"free of an unknown id", "op,id,size\na,0,16\nf,7,16\n", "id 7"},
+      {"negative size", "op,id,size\na,0,-16\n", "size '-16' is not a non-negative integer"},
+  };
+  TempDir dir;
+  for (const MalformedTrace& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = dir.file("trace.csv");
+    test::write_file(path, c.text);
+    const CliRun run = run_cli(dir, "replay -a pool '" + path + "'");
+    EXPECT_EQ(run.status, 1);
+    EXPECT_TRUE(Contains(run.err, "sdalloc replay: bad trace: " + path));
+    EXPECT_TRUE(Contains(run.err, c.message));
+    EXPECT_EQ(run.out, "");
+  }
+}
+
+TEST(Cli, TruncatedGzipTraceExitsWithStatusOne) {
+  TempDir dir;
+  std::string text = "op,id,size\n";
+  for (int i = 0; i < 2000; ++i) text += "a," + std::to_string(i) + ",4096\n";
+  const std::string whole = dir.file("whole.csv.gz");
+  test::write_gzip(whole, text);
+  const std::string bytes = test::read_file(whole);
+  const std::string cut = dir.file("cut.csv.gz");
+  test::write_file(cut, bytes.substr(0, bytes.size() / 2));
+  const CliRun run = run_cli(dir, "replay -a pool '" + cut + "'");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_TRUE(Contains(run.err, "truncated gzip file"));
+}
+
+TEST(Cli, BadUsageExitsWithStatusTwo) {
+  TempDir dir;
+  EXPECT_EQ(run_cli(dir, "replay --passes 0").status, 2);
+  EXPECT_EQ(run_cli(dir, "replay --frobnicate").status, 2);
+  const CliRun unknown = run_cli(dir, "replay -a pool,nope '" + resnet_trace() + "'");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_TRUE(Contains(unknown.err, "unknown allocator 'nope'"));
+  EXPECT_EQ(run_cli(dir, "").status, 2);  // a command is required
+}
+
+TEST(Cli, MissingTraceFileExitsWithStatusOne) {
+  TempDir dir;
+  const CliRun run = run_cli(dir, "replay -a pool '" + dir.file("absent.csv") + "'");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_TRUE(Contains(run.err, "cannot open"));
+}
+
+TEST(Cli, CapacityTooSmallExitsWithStatusThreeAndSaysOutOfMemory) {
+  TempDir dir;
+  const CliRun run = run_cli(dir, "replay -q -a pool --capacity 1M '" + resnet_trace() + "'");
+  EXPECT_EQ(run.status, 3);
+  EXPECT_TRUE(Contains(run.out, "out of memory"));
+}
+
+TEST(Cli, JsonHasEveryFieldForEveryAllocatorItRan) {
+  if (built_with_sanitizer()) GTEST_SKIP() << "system allocators are not measured under sanitizers";
+  TempDir dir;
+  const std::string json = dir.file("out.json");
+  const CliRun run = run_cli(dir,
+                             "replay -q --touch --passes 2 -a pool,planned,glibc,tcmalloc "
+                             "--json '" +
+                                 json + "' '" + resnet_trace() + "'");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json j = nlohmann::json::parse(test::read_file(json));
+  EXPECT_EQ(j.at("trace").get<std::string>(), resnet_trace());
+  EXPECT_EQ(j.at("peak_live").get<std::uint64_t>(), 11763840u);
+  std::set<std::string> seen;
+  for (const auto& r : j.at("results")) {
+    const std::string name = r.at("allocator").get<std::string>();
+    seen.insert(name);
+    SCOPED_TRACE(name);
+    if (name == "tcmalloc" && !r.at("ran").get<bool>()) {
+      EXPECT_TRUE(Contains(r.at("problem").get<std::string>(), "apt-get install"));
+      continue;  // not installed here; CI installs it (ReplayDriver.SystemAllocatorLibraries...)
+    }
+    ASSERT_TRUE(r.at("ran").get<bool>()) << r.dump();
+    EXPECT_GT(r.at("peak_reserved").get<std::uint64_t>(), 0u);
+    EXPECT_GT(r.at("ratio").get<double>(), 0.0);
+    EXPECT_GT(r.at("ns_per_op").get<double>(), 0.0);
+    EXPECT_TRUE(r.at("min_capacity").is_null());
+    EXPECT_EQ(r.at("pass_seconds").size(), 2u);
+    EXPECT_TRUE(r.contains("counters"));
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"pool", "planned", "glibc", "tcmalloc"}));
+  // The table names every allocator too.
+  for (const std::string& name : seen) EXPECT_TRUE(Contains(run.out, "\n" + name + " "));
+}
+
+TEST(Cli, TraceFromStandardInputAndRmmLogsAreAccepted) {
+  TempDir dir;
+  const CliRun from_stdin = run_cli(dir, "replay -q -a pool -", resnet_trace());
+  EXPECT_EQ(from_stdin.status, 0) << from_stdin.err;
+  EXPECT_TRUE(Contains(from_stdin.out, "peak live:   11.2 MiB"));
+  const CliRun rmm = run_cli(
+      dir, "replay -q -a pool '" + std::string(SDALLOC_DATA_DIR) + "/samples/rmm_log_sample.csv'");
+  EXPECT_EQ(rmm.status, 0) << rmm.err;
+}
+
+TEST(Cli, PlanPrintsJsonAndItsExitStatusSaysWhetherThePlanFits) {
+  TempDir dir;
+  // Three buffers in MiniMalloc's format: 0 and 1 overlap in time, then 1 and 2; at most
+  // 300 bytes are live at once, and a plan of 300 bytes exists (1 above 0 and 2).
+  const std::string instance = dir.file("three.csv");
+  test::write_file(instance, "id,lower,upper,size\n0,0,10,100\n1,5,15,200\n2,10,20,100\n");
+  const CliRun fits = run_cli(dir, "plan --json --capacity 300 '" + instance + "'");
+  ASSERT_EQ(fits.status, 0) << fits.err;
+  const nlohmann::json j = nlohmann::json::parse(fits.out);
+  EXPECT_TRUE(j.at("fits").get<bool>());
+  EXPECT_EQ(j.at("lower_bound").get<std::uint64_t>(), 300u);
+  EXPECT_EQ(j.at("arena").get<std::uint64_t>(), 300u);
+  EXPECT_DOUBLE_EQ(j.at("ratio").get<double>(), 1.0);
+  // Below the lower bound no plan exists: exit status 3.
+  const CliRun no_fit =
+      run_cli(dir, "plan --json --time-limit 1 --capacity 299 '" + instance + "'");
+  EXPECT_EQ(no_fit.status, 3);
+  EXPECT_FALSE(nlohmann::json::parse(no_fit.out).at("fits").get<bool>());
+  EXPECT_EQ(run_cli(dir, "plan '" + dir.file("absent.csv") + "'").status, 1);
+  EXPECT_EQ(run_cli(dir, "plan").status, 2);  // INPUT is required
+}
+
+}  // namespace
+}  // namespace sdalloc::replay

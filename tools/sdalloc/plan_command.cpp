@@ -1,0 +1,98 @@
+// `sdalloc plan` - static memory planning for a known schedule of buffers (plan_command.hpp).
+#include "plan_command.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/trace/event_trace.hpp"
+#include "sdalloc/planner/planner.hpp"
+#include "sdalloc/trace/trace_input.hpp"
+
+namespace sdalloc::tools {
+namespace {
+
+// MiniMalloc CSVs start with "id,"; anything else (including gzip) is read as an event trace.
+std::vector<sdalloc::Buffer> read_buffers(const std::string& path) {
+  if (path != "-") {
+    std::ifstream in(path);
+    std::string header;
+    if (in && std::getline(in, header) && header.rfind("id,", 0) == 0) {
+      return sdalloc::read_interval_csv(path);
+    }
+  }
+  return sdalloc::buffers_from_trace(sdalloc::read_any_trace(path));
+}
+
+}  // namespace
+
+int PlanCommand::run() const {
+  const std::vector<sdalloc::Buffer> buffers = read_buffers(options.input);
+  sdalloc::PlannerOptions planner_options;
+  planner_options.capacity = options.capacity;
+  planner_options.time_limit_seconds = options.time_limit;
+  planner_options.progress = [](const sdalloc::PlanProgress& progress) {
+    std::fprintf(stderr, "  %6.1f s  best arena %llu  lower bound %llu  %llu nodes\n",
+                 progress.seconds, static_cast<unsigned long long>(progress.best_arena),
+                 static_cast<unsigned long long>(progress.lower_bound),
+                 static_cast<unsigned long long>(progress.nodes));
+  };
+  const sdalloc::PlanResult result = sdalloc::plan(buffers, planner_options);
+
+  if (!options.output.empty()) {
+    std::ofstream out(options.output);
+    if (!out) throw sdalloc::InvalidArgument(options.output + ": cannot open for writing");
+    sdalloc::write_plan_csv(buffers, result.plan, out);
+    out.close();
+    if (!out) throw sdalloc::InvalidArgument(options.output + ": write failed");
+  }
+  const double ratio = result.lower_bound == 0 ? 1.0
+                                               : static_cast<double>(result.plan.arena_size) /
+                                                     static_cast<double>(result.lower_bound);
+  if (options.json) {
+    const nlohmann::json report = {{"arena", result.plan.arena_size},
+                                   {"lower_bound", result.lower_bound},
+                                   {"ratio", ratio},
+                                   {"seconds", result.seconds},
+                                   {"fits", result.fits}};
+    std::printf("%s\n", report.dump().c_str());
+  } else {
+    std::printf("buffers:     %zu\n", buffers.size());
+    std::printf("arena:       %s\n", sdalloc::format_bytes(result.plan.arena_size).c_str());
+    std::printf("lower bound: %s\n", sdalloc::format_bytes(result.lower_bound).c_str());
+    std::printf("ratio:       %.4f\n", ratio);
+    std::printf("method:      %s%s%s\n", result.method.c_str(), result.optimal ? " (optimal)" : "",
+                result.timed_out ? " (time limit)" : "");
+    if (options.capacity != 0) {
+      std::printf("capacity:    %s: %s\n", sdalloc::format_bytes(options.capacity).c_str(),
+                  result.fits ? "fits" : "no plan found within it");
+    }
+    std::printf("seconds:     %.3f\n", result.seconds);
+  }
+  return result.fits ? 0 : 3;
+}
+
+void PlanCommand::add_to(CLI::App& app) {
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Plan offsets for buffers with known lifetimes in one arena (static planning).");
+  plan->add_option("input", options.input, "MiniMalloc CSV (id,lower,upper,size) or event trace")
+      ->required();
+  plan->add_option("--output,-o", options.output, "write id,lower,upper,size,offset here");
+  plan->add_option("--capacity", options.capacity, "look for a plan within this many bytes")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--time-limit", options.time_limit, "seconds the planner may spend")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  plan->add_flag("--json", options.json, "print one JSON object");
+  subcommand = plan;
+}
+
+}  // namespace sdalloc::tools

@@ -1,0 +1,135 @@
+// `sdalloc replay` (replay_command.hpp).
+#include "replay_command.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "replay/html_report.hpp"
+#include "replay/replay_output.hpp"
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/trace/trace_input.hpp"
+
+namespace sdalloc::tools {
+namespace {
+
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    if (comma > start) items.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+
+// "out.json" for the first trace, "out-2.json" for the second...
+std::string numbered_path(const std::string& path, std::size_t index) {
+  if (index == 0) return path;
+  const std::filesystem::path p(path);
+  return (p.parent_path() /
+          (p.stem().string() + "-" + std::to_string(index + 1) + p.extension().string()))
+      .string();
+}
+
+}  // namespace
+
+void ReplayCommand::add_to(CLI::App& app) {
+  CLI::App* replay = app.add_subcommand(
+      "replay",
+      "Replay allocation traces through sdalloc and the system allocators, side by side: peak "
+      "memory held, its ratio to peak live bytes, and time per operation.");
+  replay->add_option("trace", options.traces,
+                     "event trace or RMM log, plain or gzip, - for stdin (default: the bundled "
+                     "SD 1.5 UNet trace)");
+  std::string names;
+  for (const std::string& n : replay::allocator_names()) names += (names.empty() ? "" : ",") + n;
+  replay
+      ->add_option("--allocator,-a", options.allocators,
+                   "comma-separated allocators (default: all of " + names + ")")
+      ->check(
+          [names](const std::string& list) -> std::string {
+            const std::vector<std::string> known = replay::allocator_names();
+            for (const std::string& name : split_list(list)) {
+              if (std::find(known.begin(), known.end(), name) == known.end()) {
+                std::string message = "unknown allocator '" + name + "' (known: ";
+                message += names;
+                message += ")";
+                return message;
+              }
+            }
+            return {};
+          },
+          "ALLOCATORS");
+  replay->add_option("--passes,-n", options.replay.passes, "replay each trace this many times")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  replay
+      ->add_option("--capacity", options.replay.capacity,
+                   "cap sdalloc's allocators like a device of this size (e.g. 2500M, 8G)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::PositiveNumber);
+  replay->add_flag("--min-capacity", options.replay.min_capacity,
+                   "find the least capacity each sdalloc allocator needs (bisection)");
+  replay->add_flag("--touch", options.replay.touch,
+                   "write every 4 KiB page of each allocation, as a tensor would be written");
+  replay->add_option("--json", options.json_path, "write the results as JSON to this file");
+  replay->add_option("--report", options.report_path,
+                     "write a self-contained HTML report (plots, table, size histogram)");
+  replay->add_flag("--huge-pages", options.replay.target.huge_pages,
+                   "sdalloc's host memory asks for transparent huge pages");
+  replay->add_flag("--pool-keep-cache", options.replay.target.pool_keep_cache,
+                   "pool: never release cached segments to grow (release only on OOM)");
+  replay->add_flag("--pool-no-consolidation", options.replay.target.pool_no_consolidation,
+                   "pool: keep a churning stream's segments instead of one arena");
+  replay->add_flag("--quiet,-q", options.quiet, "no progress lines on stderr");
+  subcommand = replay;
+}
+
+int ReplayCommand::run() const {
+  std::vector<std::string> traces = options.traces;
+  if (traces.empty()) traces.emplace_back(SDALLOC_DEFAULT_TRACE);
+  replay::ReplayOptions replay_options = options.replay;
+  replay_options.allocators = split_list(options.allocators);
+  replay_options.progress = !options.quiet;
+  bool out_of_memory = false;
+  for (std::size_t t = 0; t < traces.size(); ++t) {
+    const TraceInput input = read_trace_input(traces[t]);
+    for (const std::string& note : input.notes) {
+      std::fprintf(stderr, "sdalloc replay: %s: %s\n", traces[t].c_str(), note.c_str());
+    }
+    const replay::ReplayRun run = replay::run_replay(input.trace, replay_options);
+    if (t > 0) std::printf("\n");
+    std::printf("%s", replay::format_table(run).c_str());
+    std::fflush(stdout);
+    for (const replay::AllocatorResult& r : run.results) {
+      if (!r.ran && r.problem.rfind("out of memory", 0) == 0) out_of_memory = true;
+    }
+    if (!options.json_path.empty()) replay::write_json(run, numbered_path(options.json_path, t));
+    if (!options.report_path.empty()) {
+      replay::write_html_report(run, input.trace, numbered_path(options.report_path, t));
+    }
+  }
+  return out_of_memory ? 3 : 0;
+}
+
+void ReplayChildCommand::add_to(CLI::App& app) {
+  CLI::App* child = app.add_subcommand("__replay-child", "");  // hidden: empty description
+  child->group("");
+  child->add_option("--allocator", allocator)->required();
+  child->add_option("--trace", settings.trace_path)->required();
+  child->add_option("--passes", settings.passes)->check(CLI::Range(1, 100000));
+  child->add_flag("--touch", settings.touch);
+  child->add_flag("--quiet", quiet);
+  subcommand = child;
+}
+
+int ReplayChildCommand::run() const {
+  replay::ChildReplaySettings s = settings;
+  s.progress = !quiet;
+  return replay::run_replay_child(allocator, s);
+}
+
+}  // namespace sdalloc::tools
