@@ -12,7 +12,7 @@ packages=(
   zlib1g-dev                                 # gzip traces (library)
   libcli11-dev nlohmann-json3-dev            # command-line tools
   libgtest-dev libgmock-dev libbenchmark-dev # tests and benchmarks
-  clang-tidy                                 # lint stage of scripts/test-all.sh
+  clang-tidy clang-format                    # lint and format stages of scripts/test-all.sh
   python3 python3-pytest python3-torch       # Python tests (through /usr/bin/python3)
   chromium                                   # renders `sdalloc replay --report` in a test
   libtcmalloc-minimal4 libjemalloc2          # system allocators `sdalloc replay` compares

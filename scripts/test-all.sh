@@ -2,6 +2,7 @@
 # scripts/test-all.sh - the project's whole test run, the one command CI and the README use.
 #
 # Stages, in order, stopping at the first failure with the stage's name:
+#   format    scripts/format.sh --check: every C/C++ file matches .clang-format (seconds)
 #   release   configure (CMakePresets.json "release"), build, ctest
 #   tidy      clang-tidy over the library's and tools' sources (src/, tools/) with the release
 #             build's compile_commands.json
@@ -129,6 +130,9 @@ run_install_check() {
 
 # --- the stages ---------------------------------------------------------------------------
 echo "test-all: presets '$presets', build root $build_root, $jobs compile jobs"
+begin format
+"$root/scripts/format.sh" --check
+end
 for preset in $presets; do
   begin "$preset"
   run_preset "$preset"

@@ -132,7 +132,7 @@ void require(bool condition, const char* what) {
   if (!condition) throw sdalloc::InvalidArgument(what);
 }
 
-sdalloc::detail::HandlePool& pool_of(sdalloc_pool_t* pool) {
+sdalloc::AnyPool& pool_of(sdalloc_pool_t* pool) {
   require(pool != nullptr, "pool is NULL");
   return *pool->pool;
 }
@@ -328,7 +328,7 @@ sdalloc_status_t sdalloc_malloc(sdalloc_pool_t* pool, std::size_t size, sdalloc_
                                 void** out) noexcept {
   if (out != nullptr) *out = nullptr;
   return guarded(__func__, [&] {
-    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
+    sdalloc::AnyPool& handle_pool = pool_of(pool);
     require(out != nullptr, "out is NULL");
     *out = handle_pool.allocate(size, sdalloc::CachingPool::kRounding, stream_of(stream));
     pool->recorder.on_allocate(*out, size, stream_of(stream));
@@ -340,7 +340,7 @@ sdalloc_status_t sdalloc_malloc_aligned(sdalloc_pool_t* pool, std::size_t size,
                                         void** out) noexcept {
   if (out != nullptr) *out = nullptr;
   return guarded(__func__, [&] {
-    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
+    sdalloc::AnyPool& handle_pool = pool_of(pool);
     require(out != nullptr, "out is NULL");
     *out = handle_pool.allocate(size, alignment, stream_of(stream));
     pool->recorder.on_allocate(*out, size, stream_of(stream));
@@ -349,7 +349,7 @@ sdalloc_status_t sdalloc_malloc_aligned(sdalloc_pool_t* pool, std::size_t size,
 
 sdalloc_status_t sdalloc_free(sdalloc_pool_t* pool, void* ptr, sdalloc_stream_t stream) noexcept {
   return guarded(__func__, [&] {
-    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
+    sdalloc::AnyPool& handle_pool = pool_of(pool);
     pool->recorder.on_free(ptr, stream_of(stream));  // before the address can be reused
     handle_pool.free(ptr, stream_of(stream));
   });
@@ -364,7 +364,7 @@ sdalloc_status_t sdalloc_allocation_size(sdalloc_pool_t* pool, const void* ptr,
                                          std::size_t* size) noexcept {
   if (size != nullptr) *size = 0;
   return guarded(__func__, [&] {
-    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
+    sdalloc::AnyPool& handle_pool = pool_of(pool);
     require(size != nullptr, "size is NULL");
     if (ptr != nullptr) *size = handle_pool.allocation_size(ptr);
   });
@@ -381,17 +381,17 @@ sdalloc_status_t sdalloc_trim(sdalloc_pool_t* pool, std::size_t* released) noexc
 // ==================================================================== steps
 
 sdalloc_status_t sdalloc_pool_begin_step(sdalloc_pool_t* pool, sdalloc_stream_t stream) noexcept {
-  return guarded(__func__, [&] { pool_of(pool).planned().begin_step(stream_of(stream)); });
+  return guarded(__func__, [&] { sdalloc::detail::planned_of(pool_of(pool)).begin_step(stream_of(stream)); });
 }
 
 sdalloc_status_t sdalloc_pool_end_step(sdalloc_pool_t* pool) noexcept {
-  return guarded(__func__, [&] { pool_of(pool).planned().end_step(); });
+  return guarded(__func__, [&] { sdalloc::detail::planned_of(pool_of(pool)).end_step(); });
 }
 
 sdalloc_status_t sdalloc_pool_step_stats(sdalloc_pool_t* pool,
                                          sdalloc_step_stats_t* stats) noexcept {
   return guarded(__func__, [&] {
-    sdalloc::PlannedArena& arena = pool_of(pool).planned();
+    sdalloc::PlannedArena& arena = sdalloc::detail::planned_of(pool_of(pool));
     fill_versioned(stats, "stats", "sdalloc_step_stats_t", kStepStatsFirstSize,
                    [&](sdalloc_step_stats_t& c) {
                      const sdalloc::PlannedArenaCounters counters = arena.counters();
@@ -417,7 +417,7 @@ sdalloc_status_t sdalloc_pool_step_stats(sdalloc_pool_t* pool,
 
 sdalloc_status_t sdalloc_pool_stats(sdalloc_pool_t* pool, sdalloc_stats_t* stats) noexcept {
   return guarded(__func__, [&] {
-    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
+    sdalloc::AnyPool& handle_pool = pool_of(pool);
     fill_versioned(stats, "stats", "sdalloc_stats_t", kStatsFirstSize, [&](sdalloc_stats_t& c) {
       const sdalloc::PoolStats s = handle_pool.stats();
       c.live_bytes = s.live_bytes;
@@ -455,7 +455,7 @@ sdalloc_status_t sdalloc_memory_stat(sdalloc_pool_t* pool, const char* key,
                                      std::int64_t* value) noexcept {
   if (value != nullptr) *value = 0;
   return guarded(__func__, [&] {
-    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
+    sdalloc::AnyPool& handle_pool = pool_of(pool);
     require(key != nullptr, "key is NULL");
     require(value != nullptr, "value is NULL");
     const auto stats = sdalloc::to_memory_stats(handle_pool.stats());
@@ -483,7 +483,7 @@ const char* sdalloc_memory_stat_key(std::size_t index) noexcept {
 sdalloc_status_t sdalloc_pool_layout(sdalloc_pool_t* pool, sdalloc_layout_t** out) noexcept {
   if (out != nullptr) *out = nullptr;
   return guarded(__func__, [&] {
-    const sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
+    const sdalloc::AnyPool& handle_pool = pool_of(pool);
     require(out != nullptr, "out is NULL");
     auto layout = std::make_unique<sdalloc_layout>();
     layout->layout = handle_pool.layout();
@@ -577,7 +577,7 @@ sdalloc_status_t sdalloc_tensor_alloc(sdalloc_pool_t* pool, sdalloc_dtype_t dtyp
                                       sdalloc_stream_t stream, sdalloc_tensor_t* out) noexcept {
   if (out != nullptr) std::memset(out, 0, sizeof *out);
   return guarded(__func__, [&] {
-    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
+    sdalloc::AnyPool& handle_pool = pool_of(pool);
     require(out != nullptr, "out is NULL");
     sdalloc_tensor_t tensor;
     std::memset(&tensor, 0, sizeof tensor);
@@ -597,7 +597,7 @@ sdalloc_status_t sdalloc_tensor_alloc(sdalloc_pool_t* pool, sdalloc_dtype_t dtyp
 
 sdalloc_status_t sdalloc_tensor_free(sdalloc_pool_t* pool, sdalloc_tensor_t* tensor) noexcept {
   return guarded(__func__, [&] {
-    sdalloc::detail::HandlePool& handle_pool = pool_of(pool);
+    sdalloc::AnyPool& handle_pool = pool_of(pool);
     require(tensor != nullptr, "tensor is NULL");
     pool->recorder.on_free(tensor->data, stream_of(tensor->stream));
     handle_pool.free(tensor->data, stream_of(tensor->stream));

@@ -5,10 +5,10 @@
 // StreamEvents hook for device streams, and the pool on top - plus the recorder behind
 // sdalloc_pool_trace_start. The pool is a CachingPool over the resource stack, a
 // PlannedArena over it (config.planned, the shim's mode:planned), or a VirtualMemoryPool
-// over a VirtualMemory (the shim's mode:vmm); HandlePool is the part of their interfaces the
-// C API calls, so every sdalloc_* function works on any of them. A VirtualMemoryPool has no
-// segment layout, and only a planned pool has steps: those calls fail with InvalidArgument
-// saying so.
+// over a VirtualMemory (the shim's mode:vmm), held as an AnyPool
+// (sdalloc/policies/any_pool.hpp), so every sdalloc_* function works on any of them. A
+// VirtualMemoryPool has no segment layout, and only a planned pool has steps: those calls
+// fail with InvalidArgument saying so.
 //
 // sdalloc_pool_create builds host stacks; the shim (src/torch_shim/) builds device stacks.
 // Destruction releases top-down: the pool first (it returns its memory to what is under
@@ -18,79 +18,28 @@
 
 #include <cstddef>
 #include <memory>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "trace/allocation_recorder.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/policies/planned_arena.hpp"
-#include "sdalloc/core/pool_layout.hpp"
-#include "sdalloc/core/pool_stats.hpp"
+#include "sdalloc/policies/any_pool.hpp"
 #include "sdalloc/core/resource.hpp"
 #include "sdalloc/core/stream_events.hpp"
 #include "sdalloc/core/virtual_memory.hpp"
-#include "sdalloc/policies/virtual_memory_pool.hpp"
 
 namespace sdalloc::detail {
 
-class HandlePool {
- public:
-  virtual ~HandlePool() = default;
-  virtual void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) = 0;
-  virtual void free(void* ptr, Stream stream) = 0;
-  virtual void record_stream(void* ptr, Stream stream) = 0;
-  virtual std::size_t allocation_size(const void* ptr) const = 0;
-  virtual std::size_t trim() = 0;
-  virtual PoolStats stats() const = 0;
-  virtual void reset_peak() = 0;
-  virtual PoolLayout layout() const = 0;
-  // Steps: only a planned pool has them.
-  virtual PlannedArena& planned() {
+// The PlannedArena behind a handle; InvalidArgument for a pool without steps.
+inline PlannedArena& planned_of(AnyPool& pool) {
+  PlannedArena* arena = pool.planned();
+  if (arena == nullptr) {
     throw InvalidArgument(
         "the pool is not a planned pool: steps need sdalloc_pool_config_t.planned (C API) or "
         "mode:planned (PyTorch shim)");
   }
-};
-
-// The one HandlePool: it forwards to a CachingPool, a PlannedArena or a VirtualMemoryPool,
-// and answers InvalidArgument for what the pool type cannot do.
-template <typename Pool>
-class HandlePoolOf final : public HandlePool {
- public:
-  template <typename... Args>
-  explicit HandlePoolOf(Args&&... args) : pool_(std::forward<Args>(args)...) {}
-
-  void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) override {
-    return pool_.allocate(bytes, alignment, stream);
-  }
-  void free(void* ptr, Stream stream) override { pool_.free(ptr, stream); }
-  void record_stream(void* ptr, Stream stream) override { pool_.record_stream(ptr, stream); }
-  std::size_t allocation_size(const void* ptr) const override { return pool_.allocation_size(ptr); }
-  std::size_t trim() override { return pool_.trim(); }
-  PoolStats stats() const override { return pool_.stats(); }
-  void reset_peak() override { pool_.reset_peak(); }
-  PoolLayout layout() const override {
-    if constexpr (requires { pool_.layout(); }) {
-      return pool_.layout();
-    } else {
-      throw InvalidArgument(
-          "a virtual-memory pool (mode:vmm) has no segment layout: its memory is pages mapped "
-          "into reserved ranges (use the statistics instead)");
-    }
-  }
-  PlannedArena& planned() override {
-    if constexpr (std::is_same_v<Pool, PlannedArena>) {
-      return pool_;
-    } else {
-      return HandlePool::planned();  // throws
-    }
-  }
-
- private:
-  Pool pool_;
-};
+  return *arena;
+}
 
 }  // namespace sdalloc::detail
 
@@ -102,7 +51,7 @@ struct sdalloc_pool {
                sdalloc::CachingPoolOptions options)
       : resources(std::move(stack)), events(std::move(stream_events)) {
     options.stream_events = events.get();
-    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::CachingPool>>(*resources.back(),
+    pool = std::make_unique<sdalloc::PoolOf<sdalloc::CachingPool>>(*resources.back(),
                                                                                  options);
   }
   // A PlannedArena on stack.back(); its fallback pool uses `stream_events`.
@@ -111,7 +60,7 @@ struct sdalloc_pool {
                sdalloc::PlannedArenaOptions options)
       : resources(std::move(stack)), events(std::move(stream_events)) {
     options.fallback.stream_events = events.get();
-    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::PlannedArena>>(*resources.back(),
+    pool = std::make_unique<sdalloc::PoolOf<sdalloc::PlannedArena>>(*resources.back(),
                                                                                   options);
   }
   // A VirtualMemoryPool over `memory`.
@@ -120,7 +69,7 @@ struct sdalloc_pool {
                sdalloc::VirtualMemoryPoolOptions options)
       : virtual_memory(std::move(memory)), events(std::move(stream_events)) {
     options.stream_events = events.get();
-    pool = std::make_unique<sdalloc::detail::HandlePoolOf<sdalloc::VirtualMemoryPool>>(
+    pool = std::make_unique<sdalloc::PoolOf<sdalloc::VirtualMemoryPool>>(
         *virtual_memory, options);
   }
   sdalloc_pool(const sdalloc_pool&) = delete;
@@ -134,6 +83,6 @@ struct sdalloc_pool {
   std::vector<std::unique_ptr<sdalloc::MemoryResource>> resources;  // empty for a vm pool
   std::unique_ptr<sdalloc::VirtualMemory> virtual_memory;           // null for a caching pool
   std::unique_ptr<sdalloc::StreamEvents> events;
-  std::unique_ptr<sdalloc::detail::HandlePool> pool;
+  std::unique_ptr<sdalloc::AnyPool> pool;
   sdalloc::detail::AllocationRecorder recorder;
 };

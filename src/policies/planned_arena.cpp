@@ -1004,3 +1004,57 @@ std::string PlannedArena::name() const { return impl_->name(); }
 std::size_t PlannedArena::capacity() const { return impl_->upstream.capacity(); }
 
 }  // namespace sdalloc
+
+namespace sdalloc {
+
+// --- invariants ----------------------------------------------------------------------------
+
+void PlannedArena::check_invariants() const {
+  impl_->pool.check_invariants();
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  const Impl& m = *impl_;
+  const auto broken = [](const std::string& what) {
+    throw Error("PlannedArena invariant broken: " + what);
+  };
+  if (m.plans.size() > m.options.max_plans) broken("more plans than max_plans");
+  const auto check_arena = [&](const Arena& arena) {
+    std::size_t count = 0;
+    std::size_t live = 0;
+    std::size_t allocated = 0;
+    if (arena.plan != nullptr) {
+      if (arena.occupant.size() != arena.plan->offsets.size()) broken("occupant table size");
+      for (std::size_t i = 0; i < arena.occupant.size(); ++i) {
+        const std::int64_t slot = arena.occupant[i];
+        if (slot < 0) continue;
+        const auto k = static_cast<std::size_t>(slot);
+        if (k >= arena.plan->slots.size()) broken("occupant names no slot of the plan");
+        if (arena.plan->offsets[i] + arena.rounded(k) > arena.size) broken("buffer past arena");
+        ++count;
+        live += arena.requested[k];
+        allocated += arena.rounded(k);
+      }
+    }
+    if (count != arena.live_count) broken("arena live count disagrees with its buffers");
+    if (live != arena.live_bytes) broken("arena live bytes disagree with its buffers");
+    if (allocated != arena.allocated_bytes) broken("arena allocated bytes disagree");
+    if (count != 0 && !arena.reserved()) broken("live buffers in a released arena");
+  };
+  if (m.current) check_arena(*m.current);
+  for (const auto& arena : m.retired) check_arena(*arena);
+  std::size_t raw = 0;
+  std::size_t rounded = 0;
+  std::size_t requested = 0;
+  for (const auto& [ptr, d] : m.direct_live) {
+    raw += d.raw_bytes;
+    rounded += d.rounded;
+    requested += d.requested;
+  }
+  std::size_t cached = 0;
+  for (const auto& [bytes, ptr] : m.recording_cache) cached += bytes;
+  if (raw != m.direct_live_raw_bytes) broken("direct raw bytes disagree with direct blocks");
+  if (rounded != m.direct_live_rounded_bytes) broken("direct rounded bytes disagree");
+  if (requested != m.direct_live_bytes) broken("direct live bytes disagree");
+  if (raw + cached != m.direct_held_bytes) broken("direct held bytes disagree with blocks");
+}
+
+}  // namespace sdalloc

@@ -23,23 +23,15 @@
 
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/trace/event_trace.hpp"
+#include "sdalloc/core/pool.hpp"
 #include "sdalloc/core/stream.hpp"
 
 namespace sdalloc::conformance {
 
-// What replay() calls on a pool: CachingPool and VirtualMemoryPool both qualify.
-template <typename Pool>
-concept ReplayablePool = requires(Pool& pool, void* ptr, std::size_t bytes, Stream stream) {
-  { pool.allocate(bytes, stream) } -> std::same_as<void*>;
-  pool.deallocate(ptr, bytes, stream);
-  pool.free(ptr);
-  pool.check_invariants();
-};
-
 // Replays every event through `pool`, checking the invariants now and then. Fails (and
 // stops) at the first event the pool refuses.
-template <ReplayablePool Pool>
-::testing::AssertionResult replay(const EventTrace& trace, Pool& pool) {
+template <sdalloc::Pool P>
+::testing::AssertionResult replay(const EventTrace& trace, P& pool) {
   std::unordered_map<std::uint64_t, void*> live;  // trace id -> pointer
   std::size_t index = 0;
   for (const TraceEvent& event : trace.events) {

@@ -60,6 +60,7 @@
 #include <string>
 
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/core/pool.hpp"
 #include "sdalloc/core/pool_layout.hpp"
 #include "sdalloc/core/pool_stats.hpp"
 #include "sdalloc/core/resource.hpp"
@@ -84,9 +85,9 @@ struct CachingPoolOptions {
 
 class CachingPool final : public MemoryResource {
  public:
-  static constexpr std::size_t kRounding = 512;
-  static constexpr std::size_t kMaxAlignment = std::size_t{1} << 30;
-  static constexpr std::size_t kMaxAllocation = std::size_t{1} << 48;
+  static constexpr std::size_t kRounding = kPoolRounding;
+  static constexpr std::size_t kMaxAlignment = kPoolMaxAlignment;
+  static constexpr std::size_t kMaxAllocation = kPoolMaxAllocation;
 
   // The upstream resource (and the stream_events hook, if given) must outlive the pool.
   explicit CachingPool(MemoryResource& upstream, CachingPoolOptions options = {});

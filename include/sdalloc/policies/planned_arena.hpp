@@ -85,6 +85,7 @@
 #include <string>
 
 #include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/core/pool.hpp"
 #include "sdalloc/core/pool_layout.hpp"
 #include "sdalloc/core/pool_stats.hpp"
 #include "sdalloc/core/resource.hpp"
@@ -127,6 +128,10 @@ struct PlannedArenaCounters {
 
 class PlannedArena final : public MemoryResource {
  public:
+  static constexpr std::size_t kRounding = kPoolRounding;
+  static constexpr std::size_t kMaxAlignment = kPoolMaxAlignment;
+  static constexpr std::size_t kMaxAllocation = kPoolMaxAllocation;
+
   // The upstream resource must outlive this object.
   explicit PlannedArena(MemoryResource& upstream, PlannedArenaOptions options = {});
   ~PlannedArena() override;
@@ -170,6 +175,10 @@ class PlannedArena final : public MemoryResource {
   PoolLayout layout() const;
   PlannedArenaCounters counters() const;
   CachingPool& fallback_pool();
+  // Checks the fallback pool's invariants and the arena's and the recording's books (live
+  // counts and bytes agree with the buffers, every buffer inside its arena, no more plans
+  // than max_plans). Throws Error naming the first broken one; for tests and debugging.
+  void check_invariants() const;
 
   std::string name() const override;
   std::size_t capacity() const override;

@@ -66,6 +66,7 @@
 #include <string>
 
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/core/pool.hpp"
 #include "sdalloc/core/pool_stats.hpp"
 #include "sdalloc/core/resource.hpp"
 #include "sdalloc/core/stream_events.hpp"
@@ -127,9 +128,9 @@ struct VirtualMemoryPoolStats {
 
 class VirtualMemoryPool final : public MemoryResource {
  public:
-  static constexpr std::size_t kRounding = 512;
-  static constexpr std::size_t kMaxAlignment = std::size_t{1} << 30;
-  static constexpr std::size_t kMaxAllocation = std::size_t{1} << 48;
+  static constexpr std::size_t kRounding = kPoolRounding;
+  static constexpr std::size_t kMaxAlignment = kPoolMaxAlignment;
+  static constexpr std::size_t kMaxAllocation = kPoolMaxAllocation;
 
   // Reserves nothing yet: the first request of each stream and class reserves its range.
   explicit VirtualMemoryPool(VirtualMemory& memory, VirtualMemoryPoolOptions options = {});
