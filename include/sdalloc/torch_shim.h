@@ -13,7 +13,8 @@
  * once per process, PyTorch-style, from the environment variable SDALLOC_CONF or from
  * sdalloc_torch_configure():
  *     SDALLOC_CONF="backend:cuda,mode:vmm,memory_fraction:0.9"
- * Keys (all optional; sizes take a B/KiB/MiB/GiB/TiB suffix or K/M/G/T, binary):
+ * Keys (all optional; sizes take a B/KiB/MiB/GiB/TiB suffix or K/M/G/T, binary; docs/pytorch.md
+ * has the table generated from the code, src/torch_shim/shim_config.cpp):
  *   backend                cuda (device memory; default) | host (host memory, for tests and
  *                          CPU-only machines; every device index, -1 included, gets a host pool)
  *   mode                   pool  - CachingPool over cudaMalloc segments (default)

@@ -48,9 +48,12 @@ import os
 from . import _native
 from ._native import SdallocError
 
-_CONFIG_KEYS = ("backend", "mode", "capacity", "memory_fraction", "granularity", "min_segment",
-                "huge_threshold", "initial_reservation", "release_before_growth",
-                "consolidate", "replan_after", "max_plans")
+# SDALLOC_CONF's keys in the shim's order (its option table, src/torch_shim/shim_config.cpp),
+# so a typo fails before the shim is loaded; tests/python/test_sdalloc_torch_shim.py checks
+# that they are the table's keys.
+_CONFIG_KEYS = ("backend", "mode", "capacity", "memory_fraction", "replan_after", "max_plans",
+                "granularity", "min_segment", "huge_threshold", "initial_reservation",
+                "release_before_growth", "consolidate")
 
 _installed = {"allocator": None, "conf": None}
 

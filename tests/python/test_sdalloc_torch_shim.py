@@ -157,6 +157,18 @@ def test_bad_sdalloc_conf_fails_allocations_with_a_message(libraries, conf, mess
     assert "SDALLOC_CONF:" in result.stderr  # printed once, since PyTorch shows nothing
 
 
+def test_python_keywords_are_the_shims_keys(libraries):
+    """sdalloc.torch names the keys once more, to reject a typo before loading the shim: they
+    must be the shim's option table's keys, in its order (config_text() writes every key once
+    memory_fraction is set)."""
+    check(run_python(PRELUDE + """
+    st.configure(backend="host", capacity="1MiB", memory_fraction=0.5)
+    keys = tuple(pair.split(":", 1)[0] for pair in st.config_text().split(","))
+    assert keys == st._CONFIG_KEYS, (keys, st._CONFIG_KEYS)
+    print("ok")
+    """))
+
+
 def test_configure_after_the_first_allocation_is_refused(libraries):
     check(run_python(PRELUDE + """
     st.configure(backend="host", granularity="4MiB")

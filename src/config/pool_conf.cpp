@@ -1,0 +1,83 @@
+// pool_conf.cpp - the shared pool rows of SDALLOC_CONF: their names, types and help.
+#include "config/pool_conf.hpp"
+
+#include <string>
+#include <utility>
+
+namespace sdalloc::config {
+
+const EnumName kModePool{"pool", static_cast<int>(PoolMode::kPool),
+                         "a CachingPool over the backend's segments (cudaMalloc, host memory)"};
+const EnumName kModeVmm{"vmm", static_cast<int>(PoolMode::kVmm),
+                        "a VirtualMemoryPool: physical pages mapped into reserved address "
+                        "ranges, like PyTorch's `expandable_segments` (host: memfd); its cap "
+                        "is fixed when the pool is created, and it has no segment layout"};
+const EnumName kModePlanned{"planned", static_cast<int>(PoolMode::kPlanned),
+                            "a repeated step served from one planned arena, over a "
+                            "CachingPool (see Planned steps)"};
+
+std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes) {
+  using C = PoolConf;
+  return {
+      enum_option<C>(
+          "mode", "how the pool gets and reuses memory.", std::move(modes),
+          [](auto& c) -> auto& { return c.mode; }),
+      size_option<C>(
+          "capacity", "most bytes one pool may hold; `0`: no cap.",
+          [](auto& c) -> auto& { return c.capacity; }),
+      count_option<C>(
+          "replan_after",
+          "`mode:planned`: divergent steps in a row after which the plan is "
+          "dropped and the next step recorded again.",
+          [](auto& c) -> auto& { return c.replan_after; }),
+      count_option<C>(
+          "max_plans",
+          "`mode:planned`: plans kept at once, one per kind of step (image "
+          "size, batch).",
+          [](auto& c) -> auto& { return c.max_plans; }),
+      size_option<C>(
+          "granularity",
+          "segments are multiples of this (a power of two, at least 4KiB); "
+          "raises min_segment and huge_threshold when they are not given.",
+          [](auto& c) -> auto& { return c.pool.segment_granularity; }),
+      size_option<C>(
+          "min_segment", "smallest segment asked of the backend.",
+          [](auto& c) -> auto& { return c.pool.min_segment_size; }),
+      size_option<C>(
+          "huge_threshold", "requests this big get a segment of their own.",
+          [](auto& c) -> auto& { return c.pool.huge_threshold; }),
+      size_option<C>(
+          "initial_reservation", "one segment taken when the pool is created, and kept.",
+          [](auto& c) -> auto& { return c.pool.initial_reservation; }),
+      bool_option<C>(
+          "release_before_growth",
+          "before growing past its previous peak, the pool returns its wholly "
+          "free segments to the backend.",
+          [](auto& c) -> auto& { return c.pool.release_cached_before_growth; }),
+      bool_option<C>(
+          "consolidate",
+          "a stream that becomes empty while holding two or more segments has "
+          "them replaced by one segment of the size it needed at its peak.",
+          [](auto& c) -> auto& { return c.pool.consolidate_when_empty; }),
+  };
+}
+
+void raise_to_granularity(PoolConf& conf, const KeySet& given) {
+  const std::size_t granularity = conf.pool.segment_granularity;
+  if (!given.contains("min_segment") && conf.pool.min_segment_size < granularity) {
+    conf.pool.min_segment_size = granularity;
+  }
+  if (!given.contains("huge_threshold") && conf.pool.huge_threshold < granularity) {
+    conf.pool.huge_threshold = granularity;
+  }
+}
+
+void validate_pool_conf(std::string_view name, const PoolConf& conf) {
+  try {
+    conf.pool.validate();
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string(name) + ": " + e.what());
+  }
+}
+
+}  // namespace sdalloc::config

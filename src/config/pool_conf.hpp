@@ -1,0 +1,47 @@
+// pool_conf.hpp - the settings every front end's pool shares, and their SDALLOC_CONF rows.
+//
+// A front end (the PyTorch shim, a malloc drop-in) derives its config struct from PoolConf
+// and lifts pool_options() into its own OptionTable, so `mode`, `capacity`, the caching
+// pool's options, `replan_after` and `max_plans` are spelled, typed, checked and documented
+// once. Each front end says which modes it serves (the kMode* names; the shim adds async),
+// and its finish hook calls raise_to_granularity() then, after its own checks,
+// validate_pool_conf().
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "config/option_table.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
+
+namespace sdalloc::config {
+
+// Every mode any front end offers; a front end's `mode` row lists the ones it serves.
+enum class PoolMode { kPool, kAsync, kVmm, kPlanned };
+
+struct PoolConf {
+  PoolMode mode = PoolMode::kPool;
+  std::size_t capacity = 0;      // bytes one pool may hold; 0: no cap
+  CachingPoolOptions pool;       // granularity, segments, growth policy
+  std::size_t replan_after = 3;  // mode:planned: divergent steps in a row before re-recording
+  std::size_t max_plans = 4;     // mode:planned: plans kept at once (kinds of step)
+};
+
+// The `mode` names (with their documentation) a front end picks from.
+extern const EnumName kModePool;
+extern const EnumName kModeVmm;
+extern const EnumName kModePlanned;
+
+// The shared rows, in the order format() writes them: mode (with `modes`, in that order),
+// capacity, replan_after, max_plans, granularity, min_segment, huge_threshold,
+// initial_reservation, release_before_growth, consolidate.
+std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes);
+
+// A granularity given without min_segment / huge_threshold raises those to at least the
+// granularity, rather than making the user repeat it. `given`: the keys the text set.
+void raise_to_granularity(PoolConf& conf, const KeySet& given);
+// The caching pool's own checks (CachingPoolOptions::validate), as InvalidArgument
+// "<name>: CachingPoolOptions: ...".
+void validate_pool_conf(std::string_view name, const PoolConf& conf);
+
+}  // namespace sdalloc::config

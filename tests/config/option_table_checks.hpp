@@ -1,0 +1,46 @@
+// option_table_checks.hpp - checks every option table must pass, whatever its front end:
+// each row's default text parses back to the default, each enum name parses to its value,
+// and format() of the defaults parses back to the same text.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "config/option_table.hpp"
+
+namespace sdalloc::test {
+
+template <class Config>
+void expect_defaults_parse_back(const config::OptionTable<Config>& table) {
+  const Config defaults{};
+  for (const config::Option<Config>& row : table.rows()) {
+    SCOPED_TRACE(std::string(row.spec.key));
+    const config::OptionValue value = row.get(defaults);
+    if (config::is_unset(value)) {
+      // Not set by default: format() leaves it out, and no text can give it.
+      EXPECT_EQ(table.format(defaults).find(std::string(row.spec.key) + ":"), std::string::npos);
+      continue;
+    }
+    const std::string text = std::string(row.spec.key) + ":" + format_value(row.spec, value);
+    EXPECT_EQ(row.get(table.parse(text)), value) << text;
+  }
+  EXPECT_EQ(table.format(table.parse(table.format(defaults))), table.format(defaults));
+}
+
+template <class Config>
+void expect_enum_names_parse(const config::OptionTable<Config>& table, const std::string& base) {
+  for (const config::Option<Config>& row : table.rows()) {
+    for (const config::EnumName& name : row.spec.names) {
+      const std::string text = base + (base.empty() ? "" : ",") + std::string(row.spec.key) + ":" +
+                               std::string(name.name);
+      SCOPED_TRACE(text);
+      const Config parsed = table.parse(text);
+      EXPECT_EQ(row.get(parsed), config::OptionValue(name.value));
+      EXPECT_NE(table.format(parsed).find(std::string(row.spec.key) + ":" + std::string(name.name)),
+                std::string::npos);
+    }
+  }
+}
+
+}  // namespace sdalloc::test
