@@ -130,7 +130,7 @@ TEST(ShimConfigDocs, PytorchMdHoldsExactlyTheTable) {
   const std::string doc = test::read_file(SDALLOC_SOURCE_DIR "/docs/pytorch.md");
   EXPECT_EQ(between(doc, "<!-- SDALLOC_CONF keys: generated", "<!-- end of SDALLOC_CONF keys -->",
                     "-->\n"),
-            "\n" + shim_options().markdown() + "\n")
+            std::string("\n").append(shim_options().markdown()).append("\n"))
       << "docs/pytorch.md's key table must be the shim's option table: replace the lines "
          "between its markers (kept apart by a blank line) with the text expected above "
          "(shim_options().markdown()).";
