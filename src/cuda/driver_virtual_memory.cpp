@@ -157,7 +157,8 @@ PhysicalChunk DriverVirtualMemory::create(std::size_t bytes) {
 
 void DriverVirtualMemory::destroy(PhysicalChunk chunk) {
   std::lock_guard lock(mutex_);
-  const detail::VirtualMemoryLedger::Chunk* found = ledger_.find_chunk(chunk.handle, chunk.bytes);
+  const sdalloc::detail::VirtualMemoryLedger::Chunk* found =
+      ledger_.find_chunk(chunk.handle, chunk.bytes);
   if (found == nullptr) {
     throw InvalidArgument(name_ + ": destroy of chunk " + std::to_string(chunk.handle) + " (" +
                           std::to_string(chunk.bytes) +
@@ -177,7 +178,8 @@ void DriverVirtualMemory::destroy(PhysicalChunk chunk) {
 void DriverVirtualMemory::map(void* address, PhysicalChunk chunk) {
   const auto addr = reinterpret_cast<std::uintptr_t>(address);
   std::lock_guard lock(mutex_);
-  const detail::VirtualMemoryLedger::Chunk* found = ledger_.find_chunk(chunk.handle, chunk.bytes);
+  const sdalloc::detail::VirtualMemoryLedger::Chunk* found =
+      ledger_.find_chunk(chunk.handle, chunk.bytes);
   if (found == nullptr) {
     throw InvalidArgument(name_ + ": map of chunk " + std::to_string(chunk.handle) + " (" +
                           std::to_string(chunk.bytes) +

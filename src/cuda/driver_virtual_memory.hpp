@@ -59,7 +59,7 @@ class DriverVirtualMemory {
   std::size_t granularity_ = 0;
 
   mutable std::mutex mutex_;
-  detail::VirtualMemoryLedger ledger_;  // chunk handles are CUmemGenericAllocationHandles
+  sdalloc::detail::VirtualMemoryLedger ledger_;  // chunk handles are CUmemGenericAllocationHandles
 };
 
 }  // namespace sdalloc::cuda

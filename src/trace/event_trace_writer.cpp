@@ -1,13 +1,27 @@
 // event_trace_writer.cpp - formatting event-trace lines (event_trace_writer.hpp).
 //
-// Each line is formatted into a small buffer with std::to_chars and handed to the stream in
-// one write: no locale, no format flags, and one call per line however the stream buffers.
+// Each line is formatted into a small buffer and handed to the stream in one write: no
+// locale, no format flags, and one call per line however the stream buffers.
 #include "sdalloc/trace/event_trace_writer.hpp"
 
 #include <array>
-#include <charconv>
 
 namespace sdalloc {
+namespace {
+
+// Writes `value` in decimal at `out` (at most 20 digits); answers the end.
+char* put_decimal(char* out, std::uint64_t value) {
+  std::array<char, 20> digits;
+  std::size_t count = 0;
+  do {
+    digits[count++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0);
+  while (count != 0) *out++ = digits[--count];
+  return out;
+}
+
+}  // namespace
 
 std::size_t event_trace_header_fields(std::string_view line) {
   if (line == kEventTraceHeader) return 3;
@@ -35,17 +49,17 @@ void EventTraceWriter::write(const TraceEvent& event) {
 }
 
 void EventTraceWriter::line(char op, std::uint64_t id, std::uint64_t size, std::uint64_t stream) {
-  // "x," and three 20-digit numbers with their separators and the line end fit in 66 bytes.
+  // "x," and three 20-digit numbers with their separators and the line end fit in 65 bytes.
   std::array<char, 72> text;
   char* end = text.data();
   *end++ = op;
   *end++ = ',';
-  end = std::to_chars(end, text.data() + text.size(), id).ptr;
+  end = put_decimal(end, id);
   *end++ = ',';
-  end = std::to_chars(end, text.data() + text.size(), size).ptr;
+  end = put_decimal(end, size);
   if (with_stream_) {
     *end++ = ',';
-    end = std::to_chars(end, text.data() + text.size(), stream).ptr;
+    end = put_decimal(end, stream);
   }
   *end++ = '\n';
   out_.write(text.data(), end - text.data());
