@@ -1,5 +1,5 @@
 // trace_text.cpp - reading a whole trace file through zlib, which reads gzip and plain
-// files alike.
+// files alike, and TraceFormatError, the error every trace reader throws.
 #include "sdalloc/trace/trace_text.hpp"
 
 #include <unistd.h>
