@@ -4,10 +4,10 @@
 #include <iterator>
 #include <utility>
 
-#include "cuda_call.hpp"
-#include "sdalloc/cuda/cuda_error.hpp"
-#include "sdalloc/core/errors.hpp"
 #include "core/bits.hpp"
+#include "cuda_call.hpp"
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/cuda/cuda_error.hpp"
 
 namespace sdalloc::cuda {
 
@@ -23,7 +23,6 @@ std::string hex(std::uintptr_t address) {
   return "0x" + out;
 }
 
-
 }  // namespace
 
 DriverVirtualMemory::DriverVirtualMemory(const detail::DriverApi& api, int device,
@@ -36,8 +35,8 @@ DriverVirtualMemory::DriverVirtualMemory(const detail::DriverApi& api, int devic
       capacity_(capacity),
       name_(std::move(name)) {
   const CUmemAllocationProp prop = allocation_properties();
-  const CUresult rc = api_.mem_get_allocation_granularity(&granularity_, &prop,
-                                                          CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  const CUresult rc =
+      api_.mem_get_allocation_granularity(&granularity_, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
   if (rc != CUDA_SUCCESS) fail("cuMemGetAllocationGranularity", rc);
   if (!is_power_of_two(granularity_)) {
     throw CudaError(name_ + ": cuMemGetAllocationGranularity answered " +
@@ -49,17 +48,17 @@ DriverVirtualMemory::DriverVirtualMemory(const detail::DriverApi& api, int devic
 DriverVirtualMemory::~DriverVirtualMemory() {
   // What the caller left behind: mappings first, then chunks, then ranges (the driver
   // requires that order). Failures cannot be reported from here; the memory is then lost.
-  if (!mappings_.empty()) {
+  if (!ledger_.mappings().empty()) {
     // Which streams used them is unknown here: wait for the whole device.
     (void)api_.synchronize_device(device_);
-    for (const auto& [address, mapping] : mappings_) {
+    for (const auto& [address, mapping] : ledger_.mappings()) {
       (void)api_.mem_unmap(static_cast<CUdeviceptr>(address), mapping.bytes);
     }
   }
-  for (const auto& [handle, chunk] : chunks_) {
+  for (const auto& [handle, chunk] : ledger_.chunks()) {
     (void)api_.mem_release(static_cast<CUmemGenericAllocationHandle>(handle));
   }
-  for (const auto& [base, bytes] : ranges_) {
+  for (const auto& [base, bytes] : ledger_.ranges()) {
     (void)api_.mem_address_free(static_cast<CUdeviceptr>(base), bytes);
   }
 }
@@ -87,24 +86,6 @@ void DriverVirtualMemory::check_size(const char* what, std::size_t bytes) const 
   }
 }
 
-std::map<std::uintptr_t, std::size_t>::const_iterator DriverVirtualMemory::range_of(
-    std::uintptr_t address, std::size_t bytes) const {
-  auto it = ranges_.upper_bound(address);
-  if (it == ranges_.begin()) return ranges_.end();
-  --it;
-  const std::uintptr_t end = it->first + it->second;
-  if (address >= end || bytes > end - address) return ranges_.end();
-  return it;
-}
-
-bool DriverVirtualMemory::overlaps_mapping(std::uintptr_t address, std::size_t bytes) const {
-  auto it = mappings_.lower_bound(address);
-  if (it != mappings_.end() && it->first < address + bytes) return true;
-  if (it == mappings_.begin()) return false;
-  --it;
-  return it->first + it->second.bytes > address;
-}
-
 // --- address ranges ---------------------------------------------------------------------------
 
 void* DriverVirtualMemory::reserve(std::size_t bytes, std::size_t alignment) {
@@ -120,37 +101,33 @@ void* DriverVirtualMemory::reserve(std::size_t bytes, std::size_t alignment) {
   if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
     OutOfMemoryInfo info;
     info.requested = bytes;
-    throw OutOfMemory::describe(name_, info,
-                                "cuMemAddressReserve found no free address range: " +
-                                    api_.describe(rc));
+    throw OutOfMemory::describe(
+        name_, info, "cuMemAddressReserve found no free address range: " + api_.describe(rc));
   }
   if (rc != CUDA_SUCCESS) fail("cuMemAddressReserve", rc, "reserving " + format_bytes(bytes));
   try {
-    ranges_.emplace(static_cast<std::uintptr_t>(base), bytes);
+    ledger_.add_range(static_cast<std::uintptr_t>(base), bytes);
   } catch (...) {
     (void)api_.mem_address_free(base, bytes);
     throw;
   }
-  reserved_bytes_ += bytes;
   return reinterpret_cast<void*>(static_cast<std::uintptr_t>(base));
 }
 
 void DriverVirtualMemory::release(void* base, std::size_t bytes) {
   const auto addr = reinterpret_cast<std::uintptr_t>(base);
   std::lock_guard lock(mutex_);
-  auto it = ranges_.find(addr);
-  if (it == ranges_.end() || it->second != bytes) {
+  if (!ledger_.is_range(addr, bytes)) {
     throw InvalidArgument(name_ + ": release of " + hex(addr) + " (" + std::to_string(bytes) +
                           " bytes), which is not a range reserve() handed out with that size");
   }
-  if (overlaps_mapping(addr, bytes)) {
+  if (ledger_.overlaps_mapping(addr, bytes)) {
     throw InvalidArgument(name_ + ": release of the range at " + hex(addr) +
                           " while chunks are still mapped in it");
   }
   const CUresult rc = api_.mem_address_free(static_cast<CUdeviceptr>(addr), bytes);
   if (rc != CUDA_SUCCESS) fail("cuMemAddressFree", rc);
-  ranges_.erase(it);
-  reserved_bytes_ -= bytes;
+  ledger_.remove_range(addr);
 }
 
 // --- physical chunks ----------------------------------------------------------------------------
@@ -164,37 +141,36 @@ PhysicalChunk DriverVirtualMemory::create(std::size_t bytes) {
   if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
     OutOfMemoryInfo info;
     info.requested = bytes;
-    info.reserved = physical_bytes_;
+    info.reserved = ledger_.physical_bytes();
     info.capacity = capacity_;
     throw OutOfMemory::describe(name_, info, "cuMemCreate reported " + api_.describe(rc));
   }
   if (rc != CUDA_SUCCESS) fail("cuMemCreate", rc, "creating " + format_bytes(bytes));
   try {
-    chunks_.emplace(static_cast<std::uint64_t>(handle), Chunk{bytes, false});
+    ledger_.add_chunk(static_cast<std::uint64_t>(handle), bytes);
   } catch (...) {
     (void)api_.mem_release(handle);
     throw;
   }
-  physical_bytes_ += bytes;
   return PhysicalChunk{static_cast<std::uint64_t>(handle), bytes};
 }
 
 void DriverVirtualMemory::destroy(PhysicalChunk chunk) {
   std::lock_guard lock(mutex_);
-  auto it = chunks_.find(chunk.handle);
-  if (it == chunks_.end() || it->second.bytes != chunk.bytes) {
+  const sdalloc::detail::VirtualMemoryLedger::Chunk* found =
+      ledger_.find_chunk(chunk.handle, chunk.bytes);
+  if (found == nullptr) {
     throw InvalidArgument(name_ + ": destroy of chunk " + std::to_string(chunk.handle) + " (" +
                           std::to_string(chunk.bytes) +
                           " bytes), which is not a chunk create() made with that size");
   }
-  if (it->second.mapped) {
+  if (found->mapped) {
     throw InvalidArgument(name_ + ": destroy of chunk " + std::to_string(chunk.handle) +
                           " while it is mapped; unmap it first");
   }
   const CUresult rc = api_.mem_release(static_cast<CUmemGenericAllocationHandle>(chunk.handle));
   if (rc != CUDA_SUCCESS) fail("cuMemRelease", rc);
-  physical_bytes_ -= chunk.bytes;
-  chunks_.erase(it);
+  ledger_.remove_chunk(chunk.handle);
 }
 
 // --- mappings -----------------------------------------------------------------------------------
@@ -202,18 +178,19 @@ void DriverVirtualMemory::destroy(PhysicalChunk chunk) {
 void DriverVirtualMemory::map(void* address, PhysicalChunk chunk) {
   const auto addr = reinterpret_cast<std::uintptr_t>(address);
   std::lock_guard lock(mutex_);
-  auto chunk_it = chunks_.find(chunk.handle);
-  if (chunk_it == chunks_.end() || chunk_it->second.bytes != chunk.bytes) {
+  const sdalloc::detail::VirtualMemoryLedger::Chunk* found =
+      ledger_.find_chunk(chunk.handle, chunk.bytes);
+  if (found == nullptr) {
     throw InvalidArgument(name_ + ": map of chunk " + std::to_string(chunk.handle) + " (" +
                           std::to_string(chunk.bytes) +
                           " bytes), which is not a chunk create() made with that size");
   }
-  if (chunk_it->second.mapped) {
+  if (found->mapped) {
     throw InvalidArgument(name_ + ": map of chunk " + std::to_string(chunk.handle) +
                           ", which is already mapped elsewhere");
   }
-  const auto range = range_of(addr, chunk.bytes);
-  if (range == ranges_.end()) {
+  const auto range = ledger_.range_holding(addr, chunk.bytes);
+  if (range == ledger_.ranges().end()) {
     throw InvalidArgument(name_ + ": map at " + hex(addr) + " of " + format_bytes(chunk.bytes) +
                           ": not inside one reserved range");
   }
@@ -223,17 +200,18 @@ void DriverVirtualMemory::map(void* address, PhysicalChunk chunk) {
                           " in its range is not a multiple of the granularity (" +
                           std::to_string(granularity_) + " bytes)");
   }
-  if (overlaps_mapping(addr, chunk.bytes)) {
+  if (ledger_.overlaps_mapping(addr, chunk.bytes)) {
     throw InvalidArgument(name_ + ": map at " + hex(addr) + " of " + format_bytes(chunk.bytes) +
                           " over addresses that are already mapped");
   }
-  // Room in the table first, so nothing can fail once the driver has mapped.
-  const auto mapping = mappings_.emplace(addr, Mapping{chunk.bytes, chunk.handle}).first;
+  // Into the ledger first, so nothing can fail once the driver has mapped; taken out again
+  // if the driver fails.
+  ledger_.add_mapping(addr, chunk.handle, chunk.bytes);
   const auto ptr = static_cast<CUdeviceptr>(addr);
   const auto handle = static_cast<CUmemGenericAllocationHandle>(chunk.handle);
   CUresult rc = api_.mem_map(ptr, chunk.bytes, 0, handle, 0);
   if (rc != CUDA_SUCCESS) {
-    mappings_.erase(mapping);
+    ledger_.remove_mapping(addr);
     if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
       OutOfMemoryInfo info;
       info.requested = chunk.bytes;
@@ -254,28 +232,22 @@ void DriverVirtualMemory::map(void* address, PhysicalChunk chunk) {
     // is mapped.
     const CUresult undo = api_.mem_unmap(ptr, chunk.bytes);
     if (undo == CUDA_SUCCESS) {
-      mappings_.erase(mapping);
+      ledger_.remove_mapping(addr);
       fail("cuMemSetAccess", rc, "the mapping at " + hex(addr) + " was removed again");
     }
-    // The mapping stays in the table: it still exists, and the destructor retries.
-    chunk_it->second.mapped = true;
-    mapped_bytes_ += chunk.bytes;
+    // The mapping stays in the ledger: it still exists, and the destructor retries.
     fail("cuMemSetAccess", rc,
          "removing the mapping at " + hex(addr) + " failed too: " + api_.describe(undo));
   }
-  chunk_it->second.mapped = true;
-  mapped_bytes_ += chunk.bytes;
 }
 
 void DriverVirtualMemory::unmap(void* address, std::size_t bytes, Stream last_use) {
   const auto addr = reinterpret_cast<std::uintptr_t>(address);
   auto check = [&] {
-    auto it = mappings_.find(addr);
-    if (it == mappings_.end() || it->second.bytes != bytes) {
+    if (ledger_.find_mapping(addr, bytes) == nullptr) {
       throw InvalidArgument(name_ + ": unmap at " + hex(addr) + " of " + format_bytes(bytes) +
                             ": no mapping made by map() starts there with that size");
     }
-    return it;
   };
   {
     std::lock_guard lock(mutex_);
@@ -286,33 +258,31 @@ void DriverVirtualMemory::unmap(void* address, std::size_t bytes, Stream last_us
                                  ? api_.synchronize_device(device_)
                                  : api_.synchronize_stream(last_use.as_native<CUstream_st>());
   if (waited != cudaSuccess) {
-    detail::throw_error(name_, unmap_wait_ == UnmapWait::kDevice ? "cudaDeviceSynchronize"
-                                                                 : "cudaStreamSynchronize",
-                        waited);
+    detail::throw_error(
+        name_,
+        unmap_wait_ == UnmapWait::kDevice ? "cudaDeviceSynchronize" : "cudaStreamSynchronize",
+        waited);
   }
   std::lock_guard lock(mutex_);
-  auto it = check();
+  check();
   const CUresult rc = api_.mem_unmap(static_cast<CUdeviceptr>(addr), bytes);
   if (rc != CUDA_SUCCESS) fail("cuMemUnmap", rc, "unmapping " + format_bytes(bytes));
-  auto chunk = chunks_.find(it->second.handle);
-  if (chunk != chunks_.end()) chunk->second.mapped = false;
-  mapped_bytes_ -= bytes;
-  mappings_.erase(it);
+  ledger_.remove_mapping(addr);
 }
 
 std::size_t DriverVirtualMemory::physical_bytes() const {
   std::lock_guard lock(mutex_);
-  return physical_bytes_;
+  return ledger_.physical_bytes();
 }
 
 std::size_t DriverVirtualMemory::mapped_bytes() const {
   std::lock_guard lock(mutex_);
-  return mapped_bytes_;
+  return ledger_.mapped_bytes();
 }
 
 std::size_t DriverVirtualMemory::reserved_bytes() const {
   std::lock_guard lock(mutex_);
-  return reserved_bytes_;
+  return ledger_.reserved_bytes();
 }
 
 }  // namespace sdalloc::cuda

@@ -1,8 +1,9 @@
 // driver_virtual_memory.hpp - the logic of CudaVirtualMemory over a table of driver calls.
 //
 // Everything CudaVirtualMemory does except making its device current: unit and rule
-// checks against its tables, the cuMem* calls (through a DriverApi), rollback of a map whose
-// access step fails, waiting before unmap, and cleanup at destruction. Taking the DriverApi
+// checks against its tables (the ledger HostVirtualMemory keeps too,
+// resources/virtual_memory_ledger.hpp), the cuMem* calls (through a DriverApi), rollback of a map
+// whose access step fails, waiting before unmap, and cleanup at destruction. Taking the DriverApi
 // as a parameter lets tests give it fake driver functions that fail on command, so the
 // error and rollback paths run on machines without a GPU; CudaVirtualMemory passes the real
 // table. Thread-safety and errors: as cuda_virtual_memory.hpp says.
@@ -10,14 +11,14 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "driver_api.hpp"
-#include "sdalloc/cuda/cuda_virtual_memory.hpp"
+#include "resources/virtual_memory_ledger.hpp"
 #include "sdalloc/core/virtual_memory.hpp"
+#include "sdalloc/cuda/cuda_virtual_memory.hpp"
 
 namespace sdalloc::cuda {
 
@@ -45,22 +46,9 @@ class DriverVirtualMemory {
   std::size_t reserved_bytes() const;
 
  private:
-  struct Mapping {
-    std::size_t bytes = 0;
-    std::uint64_t handle = 0;
-  };
-  struct Chunk {
-    std::size_t bytes = 0;
-    bool mapped = false;
-  };
-
   CUmemAllocationProp allocation_properties() const;
   [[noreturn]] void fail(const char* call, CUresult rc, const std::string& detail = {}) const;
   void check_size(const char* what, std::size_t bytes) const;
-  // The reserved range holding [address, address + bytes), or ranges_.end().
-  std::map<std::uintptr_t, std::size_t>::const_iterator range_of(std::uintptr_t address,
-                                                                 std::size_t bytes) const;
-  bool overlaps_mapping(std::uintptr_t address, std::size_t bytes) const;
 
   const detail::DriverApi& api_;
   int device_;
@@ -71,12 +59,7 @@ class DriverVirtualMemory {
   std::size_t granularity_ = 0;
 
   mutable std::mutex mutex_;
-  std::map<std::uintptr_t, std::size_t> ranges_;    // base -> bytes
-  std::map<std::uintptr_t, Mapping> mappings_;      // address -> mapping
-  std::map<std::uint64_t, Chunk> chunks_;           // handle -> chunk
-  std::size_t physical_bytes_ = 0;
-  std::size_t mapped_bytes_ = 0;
-  std::size_t reserved_bytes_ = 0;
+  sdalloc::detail::VirtualMemoryLedger ledger_;  // chunk handles are CUmemGenericAllocationHandles
 };
 
 }  // namespace sdalloc::cuda

@@ -1,27 +1,30 @@
 // host_virtual_memory.cpp - reserved ranges, memfd chunks and MAP_FIXED mappings.
 //
-// Tables (under mutex_): the reserved ranges, the mappings inside them, the chunks with
-// whether each is mapped, and the memfd's free extents by size. Every call is checked
-// against the tables first; a map or unmap then claims its entry before the system call
-// (so a concurrent misuse is caught too) and gives it back if the call fails.
+// Tables (under mutex_): the ledger of reserved ranges, mappings and chunks shared with the
+// CUDA driver's implementation (virtual_memory_ledger.hpp), and the memfd's free extents by
+// size. Every call is checked against the tables first; a map then claims its mapping
+// before the system call (so a concurrent misuse is caught too; the mapping counts in
+// mapped_bytes() from then) and gives it back if the call fails.
 #include "sdalloc/resources/host_virtual_memory.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
 
-#include "sdalloc/core/errors.hpp"
 #include "core/bits.hpp"
+#include "resources/virtual_memory_ledger.hpp"
+#include "sdalloc/core/errors.hpp"
 
 namespace sdalloc {
 
 namespace {
-
 
 std::string hex(std::uintptr_t value) {
   char text[32];
@@ -39,44 +42,10 @@ constexpr std::uint64_t kFileGrowth = std::uint64_t{1} << 30;
 }  // namespace
 
 struct HostVirtualMemory::Tables {
-  struct Mapping {
-    std::size_t bytes = 0;
-    std::uint64_t chunk = 0;
-  };
-  struct Chunk {
-    std::size_t bytes = 0;
-    bool mapped = false;
-  };
-  std::map<std::uintptr_t, std::size_t> ranges;    // base -> bytes
-  std::map<std::uintptr_t, Mapping> mappings;      // address -> mapping
-  std::map<std::uint64_t, Chunk> chunks;           // file offset -> chunk
+  detail::VirtualMemoryLedger ledger;                      // chunk handles are file offsets
   std::multimap<std::size_t, std::uint64_t> free_extents;  // bytes -> file offset (holes)
   std::uint64_t file_end = 0;   // extents below were handed out at some point
   std::uint64_t file_size = 0;  // ftruncate'd size
-  std::size_t physical = 0;
-  std::size_t mapped = 0;
-  std::size_t reserved = 0;
-
-  // The range that holds [addr, addr + bytes), or ranges.end().
-  std::map<std::uintptr_t, std::size_t>::const_iterator range_holding(std::uintptr_t addr,
-                                                                      std::size_t bytes) const {
-    auto it = ranges.upper_bound(addr);
-    if (it == ranges.begin()) return ranges.end();
-    --it;
-    if (addr - it->first > it->second || bytes > it->second - (addr - it->first)) {
-      return ranges.end();
-    }
-    return it;
-  }
-
-  // Whether any mapping overlaps [addr, addr + bytes).
-  bool overlaps_mapping(std::uintptr_t addr, std::size_t bytes) const {
-    auto it = mappings.lower_bound(addr);
-    if (it != mappings.end() && it->first < addr + bytes) return true;
-    if (it == mappings.begin()) return false;
-    --it;
-    return it->first + it->second.bytes > addr;
-  }
 };
 
 HostVirtualMemory::HostVirtualMemory(HostVirtualMemoryOptions options)
@@ -91,7 +60,7 @@ HostVirtualMemory::HostVirtualMemory(HostVirtualMemoryOptions options)
 
 HostVirtualMemory::~HostVirtualMemory() {
   // Whatever the caller left: unmapping a whole range removes its mappings too.
-  for (const auto& [base, bytes] : tables_->ranges) {
+  for (const auto& [base, bytes] : tables_->ledger.ranges()) {
     ::munmap(reinterpret_cast<void*>(base), bytes);
   }
   ::close(fd_);
@@ -123,8 +92,8 @@ void* HostVirtualMemory::reserve(std::size_t bytes, std::size_t alignment) {
     info.requested = bytes;
     throw OutOfMemory::describe(name(), info, "address range too large to reserve");
   }
-  void* raw = ::mmap(nullptr, bytes + slack, PROT_NONE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* raw =
+      ::mmap(nullptr, bytes + slack, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) {
     const int error = errno;
     OutOfMemoryInfo info;
@@ -140,8 +109,7 @@ void* HostVirtualMemory::reserve(std::size_t bytes, std::size_t alignment) {
   }
   try {
     std::lock_guard lock(mutex_);
-    tables_->ranges.emplace(base, bytes);
-    tables_->reserved += bytes;
+    tables_->ledger.add_range(base, bytes);
   } catch (...) {
     ::munmap(reinterpret_cast<void*>(base), bytes);
     throw;
@@ -153,17 +121,16 @@ void HostVirtualMemory::release(void* base, std::size_t bytes) {
   const auto addr = reinterpret_cast<std::uintptr_t>(base);
   {
     std::lock_guard lock(mutex_);
-    auto it = tables_->ranges.find(addr);
-    if (it == tables_->ranges.end() || it->second != bytes) {
+    detail::VirtualMemoryLedger& ledger = tables_->ledger;
+    if (!ledger.is_range(addr, bytes)) {
       throw InvalidArgument(name() + ": release of " + hex(addr) + " (" + format_bytes(bytes) +
                             "), which is not a range reserved here");
     }
-    if (tables_->overlaps_mapping(addr, bytes)) {
+    if (ledger.overlaps_mapping(addr, bytes)) {
       throw InvalidArgument(name() + ": release of the range at " + hex(addr) +
                             " while chunks are still mapped in it");
     }
-    tables_->ranges.erase(it);
-    tables_->reserved -= bytes;
+    ledger.remove_range(addr);
   }
   ::munmap(base, bytes);
 }
@@ -178,20 +145,21 @@ PhysicalChunk HostVirtualMemory::create(std::size_t bytes) {
   }
   std::lock_guard lock(mutex_);
   Tables& t = *tables_;
-  if (options_.physical_limit != 0 && bytes > options_.physical_limit - t.physical) {
+  const std::size_t physical = t.ledger.physical_bytes();
+  if (options_.physical_limit != 0 && bytes > options_.physical_limit - physical) {
     OutOfMemoryInfo info;
     info.requested = bytes;
-    info.reserved = t.physical;
+    info.reserved = physical;
     info.capacity = options_.physical_limit;
     throw OutOfMemory::describe(name(), info,
-                                format_bytes(t.physical) + " of physical memory in chunks, " +
-                                    format_bytes(options_.physical_limit - t.physical) +
+                                format_bytes(physical) + " of physical memory in chunks, " +
+                                    format_bytes(options_.physical_limit - physical) +
                                     " available");
   }
   std::uint64_t offset = 0;
   if (auto hole = t.free_extents.find(bytes); hole != t.free_extents.end()) {
     offset = hole->second;  // punched out when destroyed: reads as zeros
-    t.chunks.emplace(offset, Tables::Chunk{bytes, false});
+    t.ledger.add_chunk(offset, bytes);
     t.free_extents.erase(hole);
   } else {
     offset = t.file_end;
@@ -201,43 +169,40 @@ PhysicalChunk HostVirtualMemory::create(std::size_t bytes) {
         const int error = errno;
         OutOfMemoryInfo info;
         info.requested = bytes;
-        info.reserved = t.physical;
+        info.reserved = physical;
         info.capacity = options_.physical_limit;
         throw OutOfMemory::describe(name(), info,
                                     "growing the memfd: " + system_error("ftruncate", error));
       }
       t.file_size = size;
     }
-    t.chunks.emplace(offset, Tables::Chunk{bytes, false});
+    t.ledger.add_chunk(offset, bytes);
     t.file_end += bytes;
   }
-  t.physical += bytes;
   return PhysicalChunk{offset, bytes};
 }
 
 void HostVirtualMemory::destroy(PhysicalChunk chunk) {
   std::lock_guard lock(mutex_);
   Tables& t = *tables_;
-  auto it = t.chunks.find(chunk.handle);
-  if (it == t.chunks.end() || it->second.bytes != chunk.bytes) {
+  const detail::VirtualMemoryLedger::Chunk* found = t.ledger.find_chunk(chunk.handle, chunk.bytes);
+  if (found == nullptr) {
     throw InvalidArgument(name() + ": destroy of chunk " + std::to_string(chunk.handle) + " (" +
                           format_bytes(chunk.bytes) + "), which is not a chunk created here");
   }
-  if (it->second.mapped) {
+  if (found->mapped) {
     throw InvalidArgument(name() + ": destroy of chunk " + std::to_string(chunk.handle) +
                           " while it is mapped");
   }
   // Frees the pages; the extent reads as zeros again and is reused by a create.
-  if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                  static_cast<off_t>(chunk.handle), static_cast<off_t>(chunk.bytes)) != 0) {
+  if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(chunk.handle),
+                  static_cast<off_t>(chunk.bytes)) != 0) {
     const int error = errno;
-    t.chunks.erase(it);  // lost: its pages stay in the file until the object dies
-    t.physical -= chunk.bytes;
+    t.ledger.remove_chunk(chunk.handle);  // lost: its pages stay in the file until the object dies
     throw Error(name() + ": destroy of chunk " + std::to_string(chunk.handle) + ": " +
                 system_error("fallocate(PUNCH_HOLE)", error));
   }
-  t.chunks.erase(it);
-  t.physical -= chunk.bytes;
+  t.ledger.remove_chunk(chunk.handle);
   t.free_extents.emplace(chunk.bytes, chunk.handle);
 }
 
@@ -249,26 +214,26 @@ void HostVirtualMemory::map(void* address, PhysicalChunk chunk) {
   Tables& t = *tables_;
   {
     std::lock_guard lock(mutex_);
-    auto it = t.chunks.find(chunk.handle);
-    if (it == t.chunks.end() || it->second.bytes != chunk.bytes) {
+    const detail::VirtualMemoryLedger::Chunk* found =
+        t.ledger.find_chunk(chunk.handle, chunk.bytes);
+    if (found == nullptr) {
       throw InvalidArgument(name() + ": map of chunk " + std::to_string(chunk.handle) + " (" +
                             format_bytes(chunk.bytes) + "), which is not a chunk created here");
     }
-    if (it->second.mapped) {
+    if (found->mapped) {
       throw InvalidArgument(name() + ": map of chunk " + std::to_string(chunk.handle) +
                             ", which is already mapped");
     }
-    if (addr % kPageSize != 0 || t.range_holding(addr, chunk.bytes) == t.ranges.end()) {
-      throw InvalidArgument(name() + ": map at " + hex(addr) + " of " +
-                            format_bytes(chunk.bytes) +
+    if (addr % kPageSize != 0 ||
+        t.ledger.range_holding(addr, chunk.bytes) == t.ledger.ranges().end()) {
+      throw InvalidArgument(name() + ": map at " + hex(addr) + " of " + format_bytes(chunk.bytes) +
                             ": not a page-aligned place inside a reserved range");
     }
-    if (t.overlaps_mapping(addr, chunk.bytes)) {
-      throw InvalidArgument(name() + ": map at " + hex(addr) + " of " +
-                            format_bytes(chunk.bytes) + " overlaps a mapping");
+    if (t.ledger.overlaps_mapping(addr, chunk.bytes)) {
+      throw InvalidArgument(name() + ": map at " + hex(addr) + " of " + format_bytes(chunk.bytes) +
+                            " overlaps a mapping");
     }
-    t.mappings.emplace(addr, Tables::Mapping{chunk.bytes, chunk.handle});  // claimed
-    it->second.mapped = true;
+    t.ledger.add_mapping(addr, chunk.handle, chunk.bytes);  // claimed
   }
   int flags = MAP_SHARED | MAP_FIXED;
   if (options_.populate) flags |= MAP_POPULATE;
@@ -280,8 +245,7 @@ void HostVirtualMemory::map(void* address, PhysicalChunk chunk) {
     (void)::mmap(address, chunk.bytes, PROT_NONE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     std::lock_guard lock(mutex_);
-    t.mappings.erase(addr);
-    t.chunks[chunk.handle].mapped = false;
+    t.ledger.remove_mapping(addr);
     const std::string what = "map at " + hex(addr) + " of " + format_bytes(chunk.bytes) + ": " +
                              system_error("mmap", error);
     if (error == ENOMEM) {
@@ -291,22 +255,17 @@ void HostVirtualMemory::map(void* address, PhysicalChunk chunk) {
     }
     throw Error(name() + ": " + what);
   }
-  std::lock_guard lock(mutex_);
-  t.mapped += chunk.bytes;
 }
 
 void HostVirtualMemory::unmap(void* address, std::size_t bytes, Stream) {
   const auto addr = reinterpret_cast<std::uintptr_t>(address);
   Tables& t = *tables_;
-  std::uint64_t handle = 0;
   {
     std::lock_guard lock(mutex_);
-    auto it = t.mappings.find(addr);
-    if (it == t.mappings.end() || it->second.bytes != bytes) {
+    if (t.ledger.find_mapping(addr, bytes) == nullptr) {
       throw InvalidArgument(name() + ": unmap at " + hex(addr) + " of " + format_bytes(bytes) +
                             ", which is not a mapping made here");
     }
-    handle = it->second.chunk;
   }
   // Back to reserved address space in one step: no moment where the range is a hole.
   void* result = ::mmap(address, bytes, PROT_NONE,
@@ -316,9 +275,7 @@ void HostVirtualMemory::unmap(void* address, std::size_t bytes, Stream) {
                 system_error("mmap(PROT_NONE)", errno));
   }
   std::lock_guard lock(mutex_);
-  t.mappings.erase(addr);
-  t.chunks[handle].mapped = false;
-  t.mapped -= bytes;
+  t.ledger.remove_mapping(addr);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -326,17 +283,17 @@ void HostVirtualMemory::unmap(void* address, std::size_t bytes, Stream) {
 
 std::size_t HostVirtualMemory::physical_bytes() const {
   std::lock_guard lock(mutex_);
-  return tables_->physical;
+  return tables_->ledger.physical_bytes();
 }
 
 std::size_t HostVirtualMemory::mapped_bytes() const {
   std::lock_guard lock(mutex_);
-  return tables_->mapped;
+  return tables_->ledger.mapped_bytes();
 }
 
 std::size_t HostVirtualMemory::reserved_bytes() const {
   std::lock_guard lock(mutex_);
-  return tables_->reserved;
+  return tables_->ledger.reserved_bytes();
 }
 
 }  // namespace sdalloc

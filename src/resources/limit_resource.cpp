@@ -1,6 +1,6 @@
 // limit_resource.cpp - a capacity cap enforced before the upstream is asked.
 //
-// The reservation is taken first (compare-exchange on used_), then the upstream is called,
+// The reservation is taken first (CapacityCap::try_reserve), then the upstream is called,
 // so concurrent requests can never pass the cap together; if the upstream throws, the
 // reservation is given back and the resource is as before.
 #include "sdalloc/resources/limit_resource.hpp"
@@ -10,30 +10,29 @@
 namespace sdalloc {
 
 LimitResource::LimitResource(MemoryResource& upstream, std::size_t capacity)
-    : upstream_(upstream), capacity_(capacity) {}
+    : upstream_(upstream), cap_(capacity) {}
 
 std::string LimitResource::name() const {
-  return "limit(" + upstream_.name() + ", " + format_size(capacity_) + ")";
+  return "limit(" + upstream_.name() + ", " + format_size(capacity()) + ")";
 }
 
 void* LimitResource::do_allocate(std::size_t bytes, Stream stream) {
   if (bytes == 0) return nullptr;
-  std::size_t used = used_.load(std::memory_order_relaxed);
-  do {
-    if (bytes > capacity_ - used) {
-      OutOfMemoryInfo info;
-      info.requested = bytes;
-      info.capacity = capacity_;
-      throw OutOfMemory::describe(name(), info,
-                                  format_bytes(used) + " of the capacity in use, " +
-                                      format_bytes(capacity_ - used) + " available");
-    }
-  } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  const CapacityCap::Reservation reservation = cap_.try_reserve(bytes);
+  if (!reservation) {
+    const std::size_t used = reservation.used;
+    OutOfMemoryInfo info;
+    info.requested = bytes;
+    info.capacity = reservation.limit;
+    throw OutOfMemory::describe(name(), info,
+                                format_bytes(used) + " of the capacity in use, " +
+                                    format_bytes(reservation.limit - used) + " available");
+  }
 
   try {
     return upstream_.allocate(bytes, stream);
   } catch (...) {
-    used_.fetch_sub(bytes, std::memory_order_relaxed);
+    cap_.release(bytes);
     throw;
   }
 }
@@ -41,7 +40,7 @@ void* LimitResource::do_allocate(std::size_t bytes, Stream stream) {
 void LimitResource::do_deallocate(void* ptr, std::size_t bytes, Stream stream) {
   if (ptr == nullptr) return;
   upstream_.deallocate(ptr, bytes, stream);
-  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  cap_.release(bytes);
 }
 
 }  // namespace sdalloc

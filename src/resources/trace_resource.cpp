@@ -9,25 +9,18 @@
 #include "sdalloc/core/errors.hpp"
 
 namespace sdalloc {
-namespace {
-
-constexpr const char* kHeader = "op,id,size,stream\n";
-
-}  // namespace
 
 TraceResource::TraceResource(MemoryResource& upstream, std::ostream& out)
-    : upstream_(upstream), out_(out) {
-  out_ << kHeader;
-}
+    : upstream_(upstream), out_(out), writer_(out_) {}
 
 TraceResource::TraceResource(MemoryResource& upstream, const std::string& path)
     : upstream_(upstream),
       file_(std::make_unique<std::ofstream>(path, std::ios::out | std::ios::trunc)),
-      out_(*file_) {
+      out_(*file_),
+      writer_(out_) {
   if (!file_->is_open()) {
     throw InvalidArgument("TraceResource: cannot create trace file '" + path + "'");
   }
-  out_ << kHeader;
 }
 
 TraceResource::~TraceResource() {
@@ -55,7 +48,7 @@ void* TraceResource::do_allocate(std::size_t bytes, Stream stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::uint64_t id = next_id_++;
   ids_[ptr] = id;
-  out_ << "a," << id << ',' << bytes << ',' << stream.handle << '\n';
+  writer_.allocate(id, bytes, stream.handle);
   ++events_;
   return ptr;
 }
@@ -71,7 +64,7 @@ void TraceResource::do_deallocate(void* ptr, std::size_t bytes, Stream stream) {
           "allocation of this trace",
           ptr);
     }
-    out_ << "f," << it->second << ',' << bytes << ',' << stream.handle << '\n';
+    writer_.free(it->second, bytes, stream.handle);
     ids_.erase(it);
     ++events_;
   }

@@ -2,29 +2,34 @@
 //
 // LimitResource (sdalloc/resources/limit_resource.hpp) fixes its cap at construction; PyTorch's
 // torch.cuda.set_per_process_memory_fraction() may change a device's cap at any time, after
-// the pool exists. AdjustableLimitResource keeps the cap in an atomic: a request that would
+// the pool exists. AdjustableLimitResource keeps the cap in a CapacityCap
+// (sdalloc/resources/capacity_cap.hpp, the loop LimitResource uses too): a request that would
 // take the bytes handed out above the cap throws OutOfMemory (as a full device would), and
 // lowering the cap below what is in use only makes later requests fail until enough is
-// returned. Cap 0 means no cap. Thread-safe (compare-exchange on the running total).
+// returned. Cap 0 means no cap (CapacityCap::kNoLimit inside). Thread-safe (compare-exchange on
+// the running total).
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <string>
 
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/core/resource.hpp"
+#include "sdalloc/resources/capacity_cap.hpp"
 
 namespace sdalloc::torch_shim {
 
 class AdjustableLimitResource final : public MemoryResource {
  public:
   AdjustableLimitResource(MemoryResource& upstream, std::size_t cap)
-      : upstream_(upstream), cap_(cap) {}
+      : upstream_(upstream), cap_(to_limit(cap)) {}
 
-  void set_cap(std::size_t cap) { cap_.store(cap, std::memory_order_relaxed); }
-  std::size_t cap() const { return cap_.load(std::memory_order_relaxed); }
-  std::size_t used() const { return used_.load(std::memory_order_relaxed); }
+  void set_cap(std::size_t cap) { cap_.set_limit(to_limit(cap)); }
+  std::size_t cap() const {
+    const std::size_t limit = cap_.limit();
+    return limit == CapacityCap::kNoLimit ? 0 : limit;
+  }
+  std::size_t used() const { return cap_.used(); }
 
   // The cap when there is one, else the upstream's capacity (a device's memory).
   std::size_t capacity() const override {
@@ -40,23 +45,20 @@ class AdjustableLimitResource final : public MemoryResource {
  private:
   void* do_allocate(std::size_t bytes, Stream stream) override {
     if (bytes == 0) return nullptr;
-    std::size_t used = used_.load(std::memory_order_relaxed);
-    do {
-      const std::size_t limit = cap();
-      if (limit != 0 && (used > limit || bytes > limit - used)) {
-        OutOfMemoryInfo info;
-        info.requested = bytes;
-        info.capacity = limit;
-        throw OutOfMemory::describe(name(), info,
-                                    format_bytes(used) +
-                                        " of the cap in use (the cap comes "
-                                        "from memory_fraction or capacity)");
-      }
-    } while (!used_.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+    const CapacityCap::Reservation reservation = cap_.try_reserve(bytes);
+    if (!reservation) {
+      OutOfMemoryInfo info;
+      info.requested = bytes;
+      info.capacity = reservation.limit;
+      throw OutOfMemory::describe(name(), info,
+                                  format_bytes(reservation.used) +
+                                      " of the cap in use (the cap comes "
+                                      "from memory_fraction or capacity)");
+    }
     try {
       return upstream_.allocate(bytes, stream);
     } catch (...) {
-      used_.fetch_sub(bytes, std::memory_order_relaxed);
+      cap_.release(bytes);
       throw;
     }
   }
@@ -64,12 +66,14 @@ class AdjustableLimitResource final : public MemoryResource {
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override {
     if (ptr == nullptr) return;
     upstream_.deallocate(ptr, bytes, stream);
-    used_.fetch_sub(bytes, std::memory_order_relaxed);
+    cap_.release(bytes);
   }
 
+  // Cap 0 (no cap) is the CapacityCap without a limit.
+  static std::size_t to_limit(std::size_t cap) { return cap == 0 ? CapacityCap::kNoLimit : cap; }
+
   MemoryResource& upstream_;
-  std::atomic<std::size_t> cap_;
-  std::atomic<std::size_t> used_{0};
+  CapacityCap cap_;
 };
 
 }  // namespace sdalloc::torch_shim

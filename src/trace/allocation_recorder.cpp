@@ -16,8 +16,9 @@ void AllocationRecorder::start(const std::string& path) {
   }
   auto out = std::make_unique<std::ofstream>(path, std::ios::out | std::ios::trunc);
   if (!*out) throw InvalidArgument("cannot create trace file '" + path + "'");
-  *out << "op,id,size,stream\n";
+  auto writer = std::make_unique<EventTraceWriter>(*out);  // writes the header
   out_ = std::move(out);
+  writer_ = std::move(writer);
   path_ = path;
   live_.clear();
   streams_.clear();
@@ -34,6 +35,7 @@ std::uint64_t AllocationRecorder::stop() {
   active_.store(false, std::memory_order_relaxed);
   out_->flush();
   const bool failed = !*out_;
+  writer_.reset();
   out_.reset();
   live_.clear();
   if (failed) throw Error("writing the trace file '" + path_ + "' failed (disk full?)");
@@ -56,7 +58,7 @@ void AllocationRecorder::record_allocate(const void* ptr, std::size_t bytes,
   try {
     const std::uint64_t id = next_id_++;
     live_.emplace(reinterpret_cast<std::uintptr_t>(ptr), Live{id, bytes});
-    *out_ << "a," << id << ',' << bytes << ',' << stream_id(stream) << '\n';
+    writer_->allocate(id, bytes, stream_id(stream));
     ++events_;
   } catch (const std::exception&) {
     lost_events_ = true;
@@ -69,8 +71,7 @@ void AllocationRecorder::record_free(const void* ptr, Stream stream) noexcept {
   const auto found = live_.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (found == live_.end()) return;  // allocated before start(), or not ours: no event
   try {
-    *out_ << "f," << found->second.id << ',' << found->second.bytes << ',' << stream_id(stream)
-          << '\n';
+    writer_->free(found->second.id, found->second.bytes, stream_id(stream));
     ++events_;
   } catch (const std::exception&) {
     lost_events_ = true;

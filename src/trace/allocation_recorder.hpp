@@ -2,7 +2,8 @@
 //
 // A pool handle (c_pool.hpp) owns one AllocationRecorder, off until start(path). While it is
 // on, each successful allocation and each free of a pointer allocated while it was on become
-// one line of the event trace format (event_trace.hpp, docs/formats.md):
+// one line of the event trace format (event_trace.hpp, docs/formats.md), written by
+// EventTraceWriter (event_trace_writer.hpp):
 //     op,id,size,stream
 //     a,0,4096,0
 //     f,0,4096,0
@@ -35,6 +36,7 @@
 #include <unordered_map>
 
 #include "sdalloc/core/stream.hpp"
+#include "sdalloc/trace/event_trace_writer.hpp"
 
 namespace sdalloc::detail {
 
@@ -66,6 +68,7 @@ class AllocationRecorder {
   std::mutex mutex_;
   std::string path_;
   std::unique_ptr<std::ofstream> out_;
+  std::unique_ptr<EventTraceWriter> writer_;  // writes to *out_ while recording
   std::unordered_map<std::uintptr_t, Live> live_;
   std::unordered_map<std::uintptr_t, std::uint64_t> streams_;
   std::uint64_t next_id_ = 0;

@@ -17,10 +17,11 @@
 #include <unordered_map>
 #include <utility>
 
+#include "sdalloc/trace/event_trace_writer.hpp"
+#include "sdalloc/trace/trace_text.hpp"
 #include "trace/decimal_field.hpp"
 #include "trace/quoted.hpp"
 #include "trace/text_lines.hpp"
-#include "sdalloc/trace/trace_text.hpp"
 
 namespace sdalloc {
 namespace {
@@ -28,8 +29,8 @@ namespace {
 using detail::quoted;
 using detail::TextLines;
 
-constexpr std::string_view kHeader3 = "op,id,size";
-constexpr std::string_view kHeader4 = "op,id,size,stream";
+constexpr std::string_view kHeader3 = kEventTraceHeader;
+constexpr std::string_view kHeader4 = kEventTraceHeaderWithStream;
 
 // ---------------------------------------------------------------------------------------
 // Parsing.
@@ -62,7 +63,8 @@ class TraceParser {
       }
       trace.events.push_back(read_event(line));
     }
-    if (lines_.number() == 0) fail("empty trace: expected the header 'op,id,size' or 'op,id,size,stream'");
+    if (lines_.number() == 0)
+      fail("empty trace: expected the header 'op,id,size' or 'op,id,size,stream'");
     return trace;
   }
 
@@ -72,11 +74,8 @@ class TraceParser {
   }
 
   void read_header(std::string_view line) {
-    if (line == kHeader3) {
-      fields_ = 3;
-    } else if (line == kHeader4) {
-      fields_ = 4;
-    } else {
+    fields_ = event_trace_header_fields(line);
+    if (fields_ == 0) {
       fail("bad header " + quoted(line) + ": expected 'op,id,size' or 'op,id,size,stream'");
     }
   }
@@ -172,14 +171,6 @@ class TraceParser {
 
 // ---------------------------------------------------------------------------------------
 
-TraceFormatError::TraceFormatError(const std::string& source_name, std::size_t line_number,
-                                   const std::string& problem)
-    : InvalidArgument(line_number == 0
-                          ? source_name + ": " + problem
-                          : source_name + ":" + std::to_string(line_number) + ": " + problem),
-      source(source_name),
-      line(line_number) {}
-
 std::uint64_t EventTrace::peak_live_bytes() const {
   std::uint64_t live = 0;
   std::uint64_t peak = 0;
@@ -218,22 +209,8 @@ EventTrace parse_event_trace(std::istream& in, std::string source_name) {
 void write_event_trace(const EventTrace& trace, std::ostream& out) {
   bool streams = false;
   for (const TraceEvent& event : trace.events) streams = streams || event.stream != 0;
-  std::string text;
-  text.reserve(trace.events.size() * 24 + 32);
-  text += streams ? kHeader4 : kHeader3;
-  text += '\n';
-  for (const TraceEvent& event : trace.events) {
-    text += event.op == TraceEvent::Op::kAlloc ? "a," : "f,";
-    text += std::to_string(event.id);
-    text += ',';
-    text += std::to_string(event.size);
-    if (streams) {
-      text += ',';
-      text += std::to_string(event.stream);
-    }
-    text += '\n';
-  }
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  EventTraceWriter writer(out, streams);
+  for (const TraceEvent& event : trace.events) writer.write(event);
 }
 
 }  // namespace sdalloc

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "sdalloc/trace/event_trace_writer.hpp"
 #include "sdalloc/trace/rmm_log.hpp"
 
 #include "trace/quoted.hpp"
@@ -63,7 +64,7 @@ TraceFormat detect_trace_format(std::string_view bytes, const std::string& sourc
                                std::string(kRmmLogHeader) + "')");
   }
   const std::string_view line = first_line(bytes);
-  if (line == "op,id,size" || line == "op,id,size,stream") return TraceFormat::kEventTrace;
+  if (event_trace_header_fields(line) != 0) return TraceFormat::kEventTrace;
   if (line == kRmmLogHeader) return TraceFormat::kRmmLog;
   const std::string shown = printable(line) ? detail::quoted(line) : "binary data";
   throw TraceFormatError(source, 1,

@@ -1,5 +1,5 @@
 // trace_text.cpp - reading a whole trace file through zlib, which reads gzip and plain
-// files alike.
+// files alike, and TraceFormatError, the error every trace reader throws.
 #include "sdalloc/trace/trace_text.hpp"
 
 #include <unistd.h>
@@ -11,9 +11,16 @@
 #include <cstring>
 #include <string>
 
-#include "sdalloc/trace/event_trace.hpp"
-
 namespace sdalloc {
+
+TraceFormatError::TraceFormatError(const std::string& source_name, std::size_t line_number,
+                                   const std::string& problem)
+    : InvalidArgument(line_number == 0
+                          ? source_name + ": " + problem
+                          : source_name + ":" + std::to_string(line_number) + ": " + problem),
+      source(source_name),
+      line(line_number) {}
+
 namespace {
 
 std::string read_all(gzFile file, const std::string& source) {

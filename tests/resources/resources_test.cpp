@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/trace/event_trace.hpp"
+#include "sdalloc/core/pool_stats.hpp"
+#include "sdalloc/core/stream_events.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
-#include "sdalloc/core/pool_stats.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
-#include "sdalloc/core/stream_events.hpp"
 #include "sdalloc/resources/trace_resource.hpp"
+#include "sdalloc/trace/event_trace.hpp"
 #include "support/test_support.hpp"
 
 namespace sdalloc {
@@ -491,6 +491,38 @@ TEST(FormatBytesTest, ShowsExactBytesAndAFittingUnit) {
   EXPECT_EQ(format_bytes(1536 * kKiB), "1572864 B (1.5 MiB)");
   EXPECT_EQ(format_bytes(2262839808u), "2262839808 B (2158.0 MiB)");
   EXPECT_EQ(format_bytes(80 * kGiB), "85899345920 B (80.0 GiB)");
+}
+
+TEST(FormatSizeTest, ShowsOnlyTheRoundedFigureInTheLargestUnitReached) {
+  EXPECT_EQ(format_size(0), "0 B");
+  EXPECT_EQ(format_size(1023), "1023 B");
+  EXPECT_EQ(format_size(kKiB), "1.0 KiB");
+  EXPECT_EQ(format_size(1536 * kKiB), "1.5 MiB");
+  EXPECT_EQ(format_size(kGiB - 1), "1024.0 MiB");  // rounds up, stays in the unit reached
+  EXPECT_EQ(format_size(8 * kGiB), "8.0 GiB");
+  EXPECT_EQ(format_size(2262839808u), "2.1 GiB");  // format_bytes keeps MiB here
+}
+
+TEST(FormatSizeTest, GibDecimalsApplyOnlyToGib) {
+  EXPECT_EQ(format_size(2262839808u, 2), "2.11 GiB");
+  EXPECT_EQ(format_size(2262839808u, 0), "2 GiB");
+  EXPECT_EQ(format_size(1536 * kKiB, 2), "1.5 MiB");
+  EXPECT_EQ(format_size(3 * kKiB + 400, 2), "3.4 KiB");
+  EXPECT_EQ(format_size(512, 2), "512 B");
+  EXPECT_EQ(format_size(8 * kGiB, 1), format_size(8 * kGiB));
+  EXPECT_EQ(format_size(kGiB, -3), "1 GiB");            // clamped to 0 decimals
+  EXPECT_EQ(format_size(kGiB, 40), "1.000000000 GiB");  // clamped to 9
+}
+
+TEST(FormatExactSizeTest, UsesTheLargestUnitThatDividesTheValue) {
+  EXPECT_EQ(format_exact_size(0), "0 B");
+  EXPECT_EQ(format_exact_size(64), "64 B");
+  EXPECT_EQ(format_exact_size(1000), "1000 B");
+  EXPECT_EQ(format_exact_size(4 * kKiB), "4 KiB");
+  EXPECT_EQ(format_exact_size(1536 * kKiB), "1536 KiB");
+  EXPECT_EQ(format_exact_size(2 * kGiB), "2 GiB");
+  EXPECT_EQ(format_exact_size(std::uint64_t{1} << 50), "1 PiB");
+  EXPECT_EQ(format_exact_size(std::uint64_t{1} << 63), "8 EiB");
 }
 
 TEST(OutOfMemoryTest, DescribeStatesEveryField) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -62,5 +63,11 @@ std::string format_bytes(std::size_t bytes);
 // Only the rounded figure: "512 B", "4.0 KiB", "20.0 MiB", "8.0 GiB" (the largest binary
 // unit the value reaches), for names and tables where the exact count would be noise.
 std::string format_size(std::size_t bytes);
+// As format_size, with `gib_decimals` digits (0 to 9) after the point when the unit is GiB:
+// "2.11 GiB" for a report comparing peaks of a few GiB. format_size(b) is format_size(b, 1).
+std::string format_size(std::size_t bytes, int gib_decimals);
+// Exactly, in the largest binary unit (up to EiB) that divides it: "0 B", "64 B", "4 KiB",
+// "3 MiB", "1536 KiB"; for sizes that are round by construction (page sizes, size classes).
+std::string format_exact_size(std::uint64_t bytes);
 
 }  // namespace sdalloc

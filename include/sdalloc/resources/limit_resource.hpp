@@ -7,15 +7,16 @@
 //     HostResource host;
 //     LimitResource card(host, 8ull << 30);
 //     CachingPool pool(card);
-// Thread-safe: the running total is an atomic, checked and updated with compare-exchange.
+// Thread-safe: the running total is a CapacityCap (capacity_cap.hpp), checked and updated
+// with one compare-exchange.
 // The upstream must outlive the adaptor.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <string>
 
 #include "sdalloc/core/resource.hpp"
+#include "sdalloc/resources/capacity_cap.hpp"
 
 namespace sdalloc {
 
@@ -23,11 +24,11 @@ class LimitResource final : public MemoryResource {
  public:
   LimitResource(MemoryResource& upstream, std::size_t capacity);
 
-  std::size_t capacity() const override { return capacity_; }
+  std::size_t capacity() const override { return cap_.limit(); }
   std::string name() const override;
 
-  std::size_t used() const { return used_.load(std::memory_order_relaxed); }
-  std::size_t available() const { return capacity_ - used(); }
+  std::size_t used() const { return cap_.used(); }
+  std::size_t available() const { return capacity() - used(); }
   MemoryResource& upstream() const { return upstream_; }
 
  private:
@@ -35,8 +36,7 @@ class LimitResource final : public MemoryResource {
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
 
   MemoryResource& upstream_;
-  const std::size_t capacity_;
-  std::atomic<std::size_t> used_{0};
+  CapacityCap cap_;  // its limit never changes
 };
 
 }  // namespace sdalloc

@@ -1,7 +1,8 @@
 // sdalloc/resources/trace_resource.hpp - records every allocation as an event trace.
 //
 // TraceResource forwards to an upstream resource and appends one line per event to a CSV
-// in the event-trace format that `sdalloc replay` reads (docs/formats.md):
+// in the event-trace format that `sdalloc replay` reads (docs/formats.md), written by
+// EventTraceWriter (sdalloc/trace/event_trace_writer.hpp):
 //     op,id,size,stream
 //     a,0,4096,0         allocation of 4096 bytes on stream 0, given id 0
 //     f,0,4096,0         its free
@@ -23,6 +24,7 @@
 #include <unordered_map>
 
 #include "sdalloc/core/resource.hpp"
+#include "sdalloc/trace/event_trace_writer.hpp"
 
 namespace sdalloc {
 
@@ -48,6 +50,7 @@ class TraceResource final : public MemoryResource {
   MemoryResource& upstream_;
   std::unique_ptr<std::ofstream> file_;  // set when constructed from a path
   std::ostream& out_;
+  EventTraceWriter writer_;  // writes the header when constructed
   mutable std::mutex mutex_;
   std::unordered_map<const void*, std::uint64_t> ids_;  // live pointer -> id
   std::uint64_t next_id_ = 0;

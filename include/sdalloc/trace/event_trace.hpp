@@ -24,18 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "sdalloc/core/errors.hpp"
+#include "sdalloc/trace/trace_text.hpp"  // TraceFormatError
 
 namespace sdalloc {
-
-class TraceFormatError : public InvalidArgument {
- public:
-  // line 0: the problem is not on one line (e.g. the file cannot be opened).
-  TraceFormatError(const std::string& source_name, std::size_t line_number,
-                   const std::string& problem);
-  std::string source;
-  std::size_t line;
-};
 
 struct TraceEvent {
   enum class Op : std::uint8_t { kAlloc, kFree };

@@ -33,19 +33,13 @@ std::string printf_string(const char* format, Args... args) {
   return {buffer, std::min(static_cast<std::size_t>(length), sizeof buffer - 1)};
 }
 
-// "512 B", "3.4 KiB", "812.5 MiB", "2.11 GiB".
-std::string human_bytes(std::uint64_t bytes) {
-  const auto value = static_cast<double>(bytes);
-  if (value < kKiB) return std::to_string(bytes) + " B";
-  if (value < kMiB) return printf_string("%.1f KiB", value / kKiB);
-  if (value < kGiB) return printf_string("%.1f MiB", value / kMiB);
-  return printf_string("%.2f GiB", value / kGiB);
-}
+// "512 B", "3.4 KiB", "812.5 MiB", "2.11 GiB": the report compares peaks of a few GiB.
+std::string human_bytes(std::uint64_t bytes) { return format_size(bytes, 2); }
 
 // 2^k bytes exactly, in the largest binary unit that divides it: "64 B", "4 KiB", "2 GiB".
+// k is at most 64 (the upper end of the top bucket), which no 64-bit count can hold.
 std::string power_of_two_bytes(unsigned k) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  return std::to_string(std::uint64_t{1} << (k % 10)) + " " + kUnits[k / 10];
+  return k < 64 ? format_exact_size(std::uint64_t{1} << k) : "16 EiB";
 }
 
 // "0.412 s" for a pass time; "412.0 ms" below a second.
