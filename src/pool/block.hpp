@@ -1,4 +1,4 @@
-// block.hpp - the records a CachingPool keeps for its memory (internal).
+// block.hpp - the records a stream-ordered pool keeps for its memory (internal).
 //
 // A Segment is one range obtained from the upstream resource. It is tiled, without gaps,
 // by Blocks in address order: `prev`/`next` link address-neighbours inside one segment, so
@@ -22,7 +22,7 @@ struct Segment;
 
 struct Block {
   std::uintptr_t addr = 0;
-  std::size_t size = 0;       // bytes of the block, a multiple of CachingPool::kRounding
+  std::size_t size = 0;       // a multiple of kBlockRounding (block_limits.hpp)
   std::size_t requested = 0;  // bytes asked for while live; 0 while free
   Segment* segment = nullptr;
   Block* prev = nullptr;  // address-neighbours in the same segment

@@ -2,8 +2,8 @@
 //
 // A Gauge is a current value with its high-water mark. Segments are counted while the
 // owning shard's lock is held, so with every shard locked (check_invariants) the figures
-// agree exactly with the segments. The peak is raised with compare-exchange only when the current value
-// passes it, so in a steady state an update is one atomic add and one load.
+// agree exactly with the segments. The peak is raised with compare-exchange only when the current
+// value passes it, so in a steady state an update is one atomic add and one load.
 #pragma once
 
 #include <atomic>
@@ -33,13 +33,12 @@ class Gauge {
 // Figures that change only on the slow path (segments come and go), shared by all shards.
 // Per-call figures (live bytes, counts) are per shard: see ShardFigures in pool_shard.hpp.
 struct PoolCounters {
-  Gauge reserved_bytes;    // segment bytes held from the resource
+  Gauge reserved_bytes;  // segment bytes held from the resource
   Gauge segments;
   std::atomic<std::uint64_t> segment_allocations{0};
   std::atomic<std::uint64_t> segment_releases{0};
-  std::atomic<std::uint64_t> oom_retries{0};
   std::atomic<std::uint64_t> consolidations{0};
-  std::atomic<std::uint64_t> ooms{0};
+  // oom_retries and ooms are the core's (stream_ordered_core.hpp), as every pool has them.
 };
 
 }  // namespace sdalloc::detail

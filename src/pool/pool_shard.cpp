@@ -1,4 +1,4 @@
-// pool_shard.cpp - one stream's blocks: best fit, carving, merging, and its segments.
+// pool_shard.cpp - one stream's blocks: best fit, carving, backing, merging, its segments.
 //
 // Every function here runs under the shard's mutex (see pool_shard.hpp); none of them
 // makes a system call. The only heap allocations are the record recycler's and the
@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <string>
 
-#include "sdalloc/policies/caching_pool.hpp"
+#include "pool/block_limits.hpp"
 #include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::detail {
@@ -30,14 +30,7 @@ std::uintptr_t align_up(std::uintptr_t value, std::size_t alignment) {
 // allocation
 
 Block* PoolShard::allocate(const Fit& fit, std::size_t requested) {
-  if (!fit.huge && fit.alignment == CachingPool::kRounding) {
-    live.reserve_one();  // the one step that may allocate, before anything changes
-    if (Block* block = quick.pop(fit.rounded)) return make_live(block, requested);
-  }
-  // Best fit must see every free block, parked ones included.
-  drain_quick_lists();
-  Block* block = find(fit);
-  return block != nullptr ? allocate_from(block, fit, requested) : nullptr;
+  return allocate(fit, requested, [](const Block*, const Fit&) { return true; });
 }
 
 Block* PoolShard::allocate_from(Block* block, const Fit& fit, std::size_t requested) {
@@ -46,6 +39,26 @@ Block* PoolShard::allocate_from(Block* block, const Fit& fit, std::size_t reques
   records.reserve(2);
   live.reserve_one();
   return make_live(carve(block, fit), requested);
+}
+
+Block* PoolShard::allocate_from(Block* block, const Fit& fit, std::size_t requested,
+                                const BlockBacking& backing) {
+  records.reserve(2);
+  live.reserve_one();
+  Block* carved = carve(block, fit);
+  carved->free = false;  // neither indexed nor live: its neighbours will not merge into it
+  bool backed = false;
+  try {
+    backed = backing.back(backing.context, *this, carved);
+  } catch (...) {
+    make_free(carved);
+    throw;
+  }
+  if (!backed) {
+    make_free(carved);
+    return nullptr;
+  }
+  return make_live(carved, requested);
 }
 
 Block* PoolShard::make_live(Block* block, std::size_t requested) {
@@ -85,7 +98,7 @@ Block* PoolShard::carve(Block* block, const Fit& fit) {
     index_of(block).insert(block);  // the padding stays free
     block = aligned;
   }
-  if (!block->segment->huge && block->size - fit.rounded >= CachingPool::kRounding) {
+  if (!block->segment->huge && block->size - fit.rounded >= kBlockRounding) {
     Block* tail = split(block, fit.rounded);
     index_of(tail).insert(tail);
   }
@@ -218,8 +231,8 @@ Segment* PoolShard::find_free_segment(const Fit& fit) {
     if (b->is_whole_segment()) return b->segment;
   }
   if (fit.huge) {
-    for (Block* b = huge.best_fit(fit.needed); b != nullptr && b->size <= fit.needed + fit.huge_slack;
-         b = huge.successor(b)) {
+    for (Block* b = huge.best_fit(fit.needed);
+         b != nullptr && b->size <= fit.needed + fit.huge_slack; b = huge.successor(b)) {
       if (b->is_whole_segment()) return b->segment;
     }
   }
@@ -269,7 +282,7 @@ void PoolShard::check(std::size_t& reserved) const {
     for (const Block* b = s->first; b != nullptr; b = b->next) {
       if (b->segment != s) broken("block points to another segment");
       if (b->addr != s->base + covered) broken("blocks do not tile their segment");
-      if (b->size == 0 || b->size % CachingPool::kRounding != 0) broken("block size not rounded");
+      if (b->size == 0 || b->size % kBlockRounding != 0) broken("block size not rounded");
       if (b->next != nullptr && b->next->prev != b) broken("block neighbour links");
       covered += b->size;
       if (b->cached) {

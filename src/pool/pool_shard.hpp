@@ -1,9 +1,10 @@
-// pool_shard.hpp - one stream's part of a CachingPool (internal).
+// pool_shard.hpp - one stream's part of a stream-ordered pool (internal).
 //
-// A shard owns the segments currently assigned to its stream, their blocks, the index of
-// free blocks, the table of live allocations made on the stream, and the blocks freed on
-// other streams that wait for those streams' events. Every member function expects the
-// caller to hold `mutex`; a shard never takes another shard's lock.
+// A shard (one per stream, or per stream and class: see stream_ordered_core.hpp) owns the segments
+// currently assigned to its stream, their blocks, the index of free blocks, the table of live
+// allocations made on the stream, and the blocks freed on other streams that wait for those
+// streams' events. Every member function expects the caller to hold `mutex`; a shard never takes
+// another shard's lock.
 //
 // Figures (live bytes, counts) are kept per shard, in plain integers under the shard's
 // lock: a pool-wide atomic would bounce one cache line between every thread on every call.
@@ -19,11 +20,12 @@
 #include <vector>
 
 #include "pool/block.hpp"
+#include "pool/block_limits.hpp"
 #include "pool/block_recycler.hpp"
 #include "pool/free_block_index.hpp"
-#include "pool/spin_lock.hpp"
 #include "pool/pointer_table.hpp"
 #include "pool/quick_lists.hpp"
+#include "pool/spin_lock.hpp"
 #include "sdalloc/core/stream.hpp"
 #include "sdalloc/core/stream_events.hpp"
 
@@ -31,10 +33,10 @@ namespace sdalloc::detail {
 
 // What fits a request: its rounded size plus room to align its start.
 struct Fit {
-  std::size_t rounded = 0;    // request rounded up to kRounding
-  std::size_t alignment = 0;  // a power of two >= kRounding
-  std::size_t needed = 0;     // rounded + alignment - kRounding: fits in any such block
-  bool huge = false;          // rounded >= huge_threshold
+  std::size_t rounded = 0;     // request rounded up to kBlockRounding
+  std::size_t alignment = 0;   // a power of two >= kBlockRounding
+  std::size_t needed = 0;      // rounded + alignment - kBlockRounding: fits in any such block
+  bool huge = false;           // rounded >= huge_threshold
   std::size_t huge_slack = 0;  // a huge block may exceed `needed` by at most this
 };
 
@@ -42,6 +44,16 @@ struct Fit {
 struct PendingFree {
   Block* block = nullptr;
   std::vector<StreamEvents::Event> events;
+};
+
+// A pool's way to back a carved block before it goes live (VirtualMemoryPool maps pages
+// under it). `back` answers false when it cannot now; an exception propagates. Either way
+// the shard makes the block free again and nothing else has changed. Taken on the slow
+// path only, so a function pointer costs nothing that matters.
+class PoolShard;
+struct BlockBacking {
+  bool (*back)(void* context, PoolShard& shard, Block* block) = nullptr;
+  void* context = nullptr;
 };
 
 // This shard's share of the pool's figures (see PoolStats for their meaning).
@@ -54,7 +66,7 @@ struct ShardFigures {
   std::size_t peak_live_allocations = 0;
   std::uint64_t allocations = 0;
   std::uint64_t frees = 0;
-  std::size_t segments = 0;  // segments this shard holds now
+  std::size_t segments = 0;        // segments this shard holds now
   std::size_t reserved_bytes = 0;  // their bytes
   std::size_t peak_reserved_bytes = 0;
 
@@ -66,16 +78,31 @@ struct ShardFigures {
   }
 };
 
-struct alignas(64) PoolShard {
+// Pools that keep more per shard derive from it (the core's registry makes shards through
+// a hook), hence the virtual destructor: it is never called on a hot path.
+class alignas(64) PoolShard {
+ public:
   explicit PoolShard(Stream s) : stream(s) {}
+  PoolShard(const PoolShard&) = delete;
+  PoolShard& operator=(const PoolShard&) = delete;
+  virtual ~PoolShard() = default;
 
   // --- allocation -------------------------------------------------------------------
   // Serves the request from this shard's cached blocks (its quick list, else best fit over
   // all free blocks), or answers nullptr. The hot path.
   Block* allocate(const Fit& fit, std::size_t requested);
+  // The same, handing out a best-fit block only if `ready(block, fit)` (VirtualMemoryPool:
+  // the pages carve would hand out are mapped). A parked block is always ready (it was
+  // live). A template, so the check is inlined into the hot path.
+  template <class Ready>
+  Block* allocate(const Fit& fit, std::size_t requested, Ready ready);
   // Serves the request from `block`, a free block that fits (a result of find, or a fresh
   // segment's block): carves it and makes the result live.
   Block* allocate_from(Block* block, const Fit& fit, std::size_t requested);
+  // The same, letting `backing` back the carved block before it goes live; nullptr (the
+  // block free again) when the backing refuses.
+  Block* allocate_from(Block* block, const Fit& fit, std::size_t requested,
+                       const BlockBacking& backing);
   // The best block for `fit` in the free indexes, or nullptr. Does not change anything.
   Block* find(const Fit& fit) const;
 
@@ -114,9 +141,7 @@ struct alignas(64) PoolShard {
   // Adds this shard's segment, allocated and requested bytes to the sums given.
   void check(std::size_t& reserved) const;
 
-  FreeBlockIndex& index_of(const Block* block) {
-    return block->segment->huge ? huge : normal;
-  }
+  FreeBlockIndex& index_of(const Block* block) { return block->segment->huge ? huge : normal; }
 
   // Takes an indexed free block out of its index, cuts off the alignment padding in front
   // and the unused tail (normal segments only), and answers the block that fits exactly.
@@ -139,5 +164,17 @@ struct alignas(64) PoolShard {
   ShardFigures figures;
   bool churned = false;  // released segments to grow since the last consolidation
 };
+
+template <class Ready>
+Block* PoolShard::allocate(const Fit& fit, std::size_t requested, Ready ready) {
+  if (!fit.huge && fit.alignment == kBlockRounding) {
+    live.reserve_one();  // the one step that may allocate, before anything changes
+    if (Block* block = quick.pop(fit.rounded)) return make_live(block, requested);
+  }
+  // Best fit must see every free block, parked ones included.
+  drain_quick_lists();
+  Block* block = find(fit);
+  return block != nullptr && ready(block, fit) ? allocate_from(block, fit, requested) : nullptr;
+}
 
 }  // namespace sdalloc::detail

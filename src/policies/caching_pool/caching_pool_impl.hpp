@@ -1,0 +1,99 @@
+// caching_pool_impl.hpp - CachingPool::Impl: the stream-ordered core over segments of an
+// upstream resource (internal to src/policies/caching_pool/).
+//
+// The core (src/pool/stream_ordered_core.hpp) holds the shards, cross-stream frees, checks,
+// figures and invariants. What is CachingPool's own lives in this folder:
+//   fast_path.cpp   allocate and free of a cached size, and the slow path of allocate (pending
+//                   frees, another idle stream's free segment, a new segment, OOM retry);
+//   segments.cpp    installing, releasing and returning segments, and consolidation;
+//   caching_pool.cpp options, the core's hooks, figures, layout and the public facade.
+//
+// Invariants: a segment belongs to exactly one shard's list; counters.reserved_bytes and
+// counters.segments change only under the lock of the shard whose list changes, so with
+// every shard locked they equal the sums over the lists. No code path holds two shard locks
+// (check_invariants and layout aside, which take them all in table order).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pool/block.hpp"
+#include "pool/block_limits.hpp"
+#include "pool/pool_counters.hpp"
+#include "pool/pool_shard.hpp"
+#include "pool/stream_ordered_core.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
+
+namespace sdalloc {
+
+static_assert(CachingPool::kRounding == detail::kBlockRounding);
+static_assert(CachingPool::kMaxAlignment == detail::kMaxBlockAlignment);
+static_assert(CachingPool::kMaxAllocation == detail::kMaxBlockAllocation);
+
+struct CachingPool::Impl final : detail::StreamOrderedCore {
+  Impl(MemoryResource& up, CachingPoolOptions opts);
+  ~Impl() override;
+
+  // --- the core's hooks (caching_pool.cpp) --------------------------------------------
+  std::string name() const override;
+  OutOfMemoryInfo oom_info(std::size_t requested) const override;
+  void recycle(PoolShard& owner, Block* block, std::unique_lock<detail::SpinLock>& lock) override;
+  void destroy_segment(PoolShard& shard, Segment* segment) noexcept override;
+
+  // --- allocate (fast_path.cpp) -------------------------------------------------------
+  Fit fit_for(std::size_t bytes, std::size_t alignment) const {
+    Fit fit = StreamOrderedCore::fit_for(bytes, alignment);
+    fit.huge = fit.rounded >= options.huge_threshold;
+    fit.huge_slack = std::max(fit.rounded / 8, options.segment_granularity);
+    return fit;
+  }
+  void* allocate(std::size_t bytes, std::size_t alignment, Stream stream);
+  // One more try at the shard's cache, under its lock: the slow path's steps each end so.
+  static void* allocate_in(PoolShard& shard, const Fit& fit, std::size_t bytes);
+  void* allocate_slow(PoolShard& shard, const Fit& fit, std::size_t bytes);
+  // Moves a wholly free segment that fits from another shard to `shard` and allocates from
+  // it. The segment's last user was the other shard's stream, whose work must be done
+  // first: without `wait` a busy stream keeps its segment; with `wait` (the OOM path) the
+  // pool waits for it.
+  void* allocate_from_other_shards(PoolShard& shard, const Fit& fit, std::size_t bytes, bool wait);
+
+  // --- free (fast_path.cpp) -----------------------------------------------------------
+  // `expected_bytes` is the size the caller states (deallocate), or nullptr (free).
+  void free(void* ptr, Stream stream, const std::size_t* expected_bytes);
+
+  // --- segments (segments.cpp) --------------------------------------------------------
+  // Wraps memory fresh from the resource in a segment of `shard` and answers its one free
+  // block. The caller holds shard.mutex. If the records cannot be made (std::bad_alloc),
+  // the memory goes back to the resource before the error propagates.
+  Block* install_segment(PoolShard& shard, void* base, std::size_t size, bool huge, bool pinned);
+  // Returns wholly free, unpinned segments to the resource, each on the stream that last
+  // used it (the resource orders the release after that stream's work). Without `wait`,
+  // only `requester`'s segments and those of idle streams go; with `wait`, pending
+  // cross-stream frees are waited for first and every shard gives up its free segments.
+  // Answers the bytes released.
+  std::size_t release_free_segments(const PoolShard* requester, bool wait);
+  // Gives segments already unlinked from their shard back to the resource.
+  std::size_t return_segments(const std::vector<Segment*>& segments, Stream stream);
+  bool wants_consolidation(const PoolShard& shard) const {
+    return shard.figures.live_allocations == 0 && shard.churned && shard.figures.segments >= 2 &&
+           options.consolidate_when_empty && shard.pending.empty();
+  }
+  void consolidate(PoolShard& shard);
+  void reserve_initial();
+
+  // --- figures (caching_pool.cpp) -----------------------------------------------------
+  PoolStats stats() const;
+  void reset_peak();
+  void check_invariants() const;
+  PoolLayout layout() const;
+
+  MemoryResource& upstream;
+  CachingPoolOptions options;
+  mutable detail::PoolCounters counters;
+};
+
+}  // namespace sdalloc

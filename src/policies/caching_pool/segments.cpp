@@ -1,0 +1,140 @@
+// segments.cpp - CachingPool's segments: installing, releasing, returning, consolidating.
+//
+// A segment is one range from the upstream resource, in exactly one shard's list. It goes
+// back to the resource only when wholly free and unpinned, on the stream that last used it
+// (the resource orders the release after that stream's work). Each function here takes one
+// shard lock at a time and makes its system calls outside every lock.
+
+#include <algorithm>
+#include <mutex>
+
+#include "policies/caching_pool/caching_pool_impl.hpp"
+
+namespace sdalloc {
+
+using detail::Block;
+using detail::PoolShard;
+using detail::Segment;
+
+// =======================================================================================
+// install, release, return
+
+Block* CachingPool::Impl::install_segment(PoolShard& shard, void* base, std::size_t size, bool huge,
+                                          bool pinned) {
+  Segment* segment = nullptr;
+  try {
+    segment = new Segment{};
+    segment->base = reinterpret_cast<std::uintptr_t>(base);
+    segment->size = size;
+    segment->huge = huge;
+    segment->pinned = pinned;
+    Block* block = shard.add_segment(segment);  // from here the shard's list owns it
+    counters.reserved_bytes.add(size);
+    counters.segments.add(1);
+    counters.segment_allocations.fetch_add(1, std::memory_order_relaxed);
+    return block;
+  } catch (...) {
+    delete segment;  // add_segment fails only before it links the segment
+    upstream.deallocate(base, size, shard.stream);
+    throw;
+  }
+}
+
+std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester, bool wait) {
+  std::size_t released = 0;
+  for (PoolShard* shard : shards()) {
+    std::vector<Segment*> segments;
+    {
+      std::lock_guard lock(shard->mutex);
+      if (wait && !shard->pending.empty()) shard->collect_pending(events, true);
+      if (!wait && shard != requester && !events.idle(shard->stream)) continue;
+      segments = shard->releasable_segments();
+      for (Segment* s : segments) {
+        shard->remove_segment(s, /*keep_block=*/false);
+        counters.reserved_bytes.sub(s->size);
+        counters.segments.sub(1);
+      }
+    }
+    released += return_segments(segments, shard->stream);
+  }
+  return released;
+}
+
+std::size_t CachingPool::Impl::return_segments(const std::vector<Segment*>& segments,
+                                               Stream stream) {
+  std::size_t released = 0;
+  for (Segment* s : segments) {
+    upstream.deallocate(reinterpret_cast<void*>(s->base), s->size, stream);
+    counters.segment_releases.fetch_add(1, std::memory_order_relaxed);
+    released += s->size;
+    delete s;
+  }
+  return released;
+}
+
+void CachingPool::Impl::destroy_segment(PoolShard& shard, Segment* segment) noexcept {
+  upstream.deallocate(reinterpret_cast<void*>(segment->base), segment->size, shard.stream);
+  delete segment;
+}
+
+void CachingPool::Impl::reserve_initial() {
+  if (options.initial_reservation == 0) return;
+  PoolShard& shard = shard_for(kDefaultStream);
+  void* base = upstream.allocate(options.initial_reservation, shard.stream);
+  std::lock_guard lock(shard.mutex);
+  install_segment(shard, base, options.initial_reservation, /*huge=*/false, /*pinned=*/true);
+}
+
+// =======================================================================================
+// consolidation
+//
+// Separate segments cannot merge. A pool that keeps its footprint low by releasing free
+// segments before it grows (release_cached_before_growth) then asks for the same memory
+// again in every iteration of a loop: system calls and page faults each time. When a
+// stream's shard that has churned so becomes empty while it holds several segments, they
+// are swapped for one segment of the size the shard needed at its peak: the next
+// iteration of the same work runs in one arena, where best fit packs it without growing
+// or releasing (see docs/caching_pool.md for the measurements).
+
+namespace {
+// A consolidated arena holds at least the peak allocated bytes plus 1/kArenaHeadroom:
+// replays of the SD 1.5 UNet trace need about 1 % beyond the live peak in one arena.
+constexpr std::size_t kArenaHeadroom = 16;
+}  // namespace
+
+void CachingPool::Impl::consolidate(PoolShard& shard) {
+  std::vector<Segment*> segments;
+  std::size_t target = 0;
+  {
+    std::lock_guard lock(shard.mutex);
+    if (!wants_consolidation(shard)) return;  // another thread got there first
+    segments = shard.releasable_segments();
+    if (segments.size() < 2) return;
+    shard.churned = false;
+    for (Segment* s : segments) {
+      shard.remove_segment(s, /*keep_block=*/false);
+      counters.reserved_bytes.sub(s->size);
+      counters.segments.sub(1);
+    }
+    // What the shard held at its peak is what the work needed in segments; one arena
+    // packs better, but best fit still needs a little room beyond the live peak.
+    const detail::ShardFigures& f = shard.figures;
+    const std::size_t needed = std::max(
+        f.peak_reserved_bytes, f.peak_allocated_bytes + f.peak_allocated_bytes / kArenaHeadroom);
+    target = needed > f.reserved_bytes ? needed - f.reserved_bytes : 0;  // pinned may do
+  }
+  return_segments(segments, shard.stream);
+  if (target == 0) return;
+  target = round_up(target, options.segment_granularity);
+  void* base = nullptr;
+  try {
+    base = upstream.allocate(target, shard.stream);
+  } catch (const Error&) {
+    return;  // an optimisation only: the pool simply holds less now
+  }
+  std::lock_guard lock(shard.mutex);
+  install_segment(shard, base, target, /*huge=*/false, /*pinned=*/false);
+  counters.consolidations.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace sdalloc

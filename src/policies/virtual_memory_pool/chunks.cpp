@@ -1,0 +1,188 @@
+// chunks.cpp - the physical chunks of a VirtualMemoryPool: table, spares, cap, trim.
+//
+// Every chunk the pool holds has a slot in `chunks` (a freed slot is reused) and is either
+// mapped at exactly one page of one range or in the spare list of its size. The physical
+// cap is claimed (commit) before a chunk is created, so threads creating at once never pass
+// it together. chunk_mutex guards the table and the spare lists and is held only for a few
+// vector operations, never across a call into the VirtualMemory.
+
+#include <algorithm>
+#include <mutex>
+
+#include "policies/virtual_memory_pool/vm_pool_impl.hpp"
+
+namespace sdalloc {
+
+using detail::PoolShard;
+
+// =======================================================================================
+// chunks in hand during one attempt
+
+namespace vm_detail {
+
+std::uint32_t Gathered::take() {
+  std::vector<std::uint32_t>& from = reused.empty() ? created : reused;
+  const std::uint32_t chunk = from.back();
+  from.pop_back();
+  return chunk;
+}
+
+void Gathered::put_back(std::uint32_t chunk) {
+  const bool fresh = std::binary_search(created_now.begin(), created_now.end(), chunk);
+  (fresh ? created : reused).push_back(chunk);
+}
+
+}  // namespace vm_detail
+
+// =======================================================================================
+// the chunk table and the spares
+
+PhysicalChunk VirtualMemoryPool::Impl::chunk_at(std::uint32_t index) const {
+  std::lock_guard lock(chunk_mutex);
+  return chunks[index];
+}
+
+std::vector<std::uint32_t>& VirtualMemoryPool::Impl::spares_for(std::size_t page_size) {
+  return page_size == options.small_page_size ? small_spares : large_spares;
+}
+
+void VirtualMemoryPool::Impl::take_spares(std::size_t page_size, std::size_t want,
+                                          std::vector<std::uint32_t>& out) {
+  std::lock_guard lock(chunk_mutex);
+  std::vector<std::uint32_t>& spares = spares_for(page_size);
+  while (!spares.empty() && out.size() < want) {
+    out.push_back(spares.back());
+    spares.pop_back();
+  }
+}
+
+void VirtualMemoryPool::Impl::give_back_reused(std::vector<std::uint32_t>& reused,
+                                               std::size_t page_size) {
+  if (reused.empty()) return;
+  {
+    std::lock_guard lock(chunk_mutex);
+    std::vector<std::uint32_t>& spares = spares_for(page_size);
+    spares.insert(spares.end(), reused.begin(), reused.end());
+  }
+  reused.clear();
+  if (options.destroy_spare_chunks) destroy_spares();
+}
+
+void VirtualMemoryPool::Impl::give_back(Gathered& got, std::size_t page_size) {
+  give_back_reused(got.reused, page_size);
+  for (std::uint32_t chunk : got.created) destroy_chunk(chunk);
+  got.created.clear();
+}
+
+// =======================================================================================
+// creating and destroying
+
+// Creates up to `want` chunks within the cap. Stops at the first refusal, noting why.
+void VirtualMemoryPool::Impl::create_chunks(std::size_t page_size, std::size_t want,
+                                            std::vector<std::uint32_t>& out, std::string& failure) {
+  for (std::size_t i = 0; i < want; ++i) {
+    if (!commit(page_size)) {
+      failure = "the physical cap of " + format_bytes(options.max_physical_bytes) + " is reached";
+      return;
+    }
+    PhysicalChunk chunk;
+    try {
+      chunk = memory.create(page_size);
+    } catch (const OutOfMemory& e) {
+      uncommit(page_size);
+      failure = std::string("creating a chunk failed: ") + e.what();
+      return;
+    } catch (const Error& e) {
+      uncommit(page_size);
+      throw Error(name() + ": creating a chunk of " + format_bytes(page_size) +
+                  " failed: " + e.what());
+    }
+    try {
+      out.push_back(add_chunk(chunk));
+    } catch (...) {
+      memory.destroy(chunk);
+      uncommit(page_size);
+      throw;
+    }
+    counters.physical.add(page_size);
+    counters.creates.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+// Claims `bytes` of the physical cap before a chunk is created.
+bool VirtualMemoryPool::Impl::commit(std::size_t bytes) {
+  std::size_t used = committed.load(std::memory_order_relaxed);
+  do {
+    if (options.max_physical_bytes != 0 && bytes > options.max_physical_bytes - used) {
+      return false;
+    }
+  } while (!committed.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+  return true;
+}
+
+std::uint32_t VirtualMemoryPool::Impl::add_chunk(PhysicalChunk chunk) {
+  std::lock_guard lock(chunk_mutex);
+  if (!free_chunk_slots.empty()) {
+    const std::uint32_t index = free_chunk_slots.back();
+    free_chunk_slots.pop_back();
+    chunks[index] = chunk;
+    return index;
+  }
+  free_chunk_slots.reserve(chunks.size() + 1);  // so destroy_chunk cannot fail to push
+  chunks.push_back(chunk);
+  return static_cast<std::uint32_t>(chunks.size() - 1);
+}
+
+void VirtualMemoryPool::Impl::destroy_chunk(std::uint32_t index) {
+  PhysicalChunk chunk;
+  {
+    std::lock_guard lock(chunk_mutex);
+    chunk = chunks[index];
+    chunks[index] = PhysicalChunk{};
+    free_chunk_slots.push_back(index);
+  }
+  counters.physical.sub(chunk.bytes);
+  counters.destroys.fetch_add(1, std::memory_order_relaxed);
+  uncommit(chunk.bytes);
+  memory.destroy(chunk);
+}
+
+std::size_t VirtualMemoryPool::Impl::destroy_spares() {
+  std::vector<std::uint32_t> doomed;
+  {
+    std::lock_guard lock(chunk_mutex);
+    doomed.swap(small_spares);
+    doomed.insert(doomed.end(), large_spares.begin(), large_spares.end());
+    large_spares.clear();
+  }
+  std::size_t bytes = 0;
+  for (std::uint32_t chunk : doomed) {
+    bytes += chunk_at(chunk).bytes;
+    destroy_chunk(chunk);
+  }
+  return bytes;
+}
+
+// Unmaps every page wholly inside free space, then destroys every spare.
+std::size_t VirtualMemoryPool::Impl::trim() {
+  const ShardTable& t = table();
+  for (std::size_t i = 0; i < t.shards.size(); ++i) {
+    PoolShard* shard = t.shards[i];
+    const std::size_t page_size = page_size_at(t, i);
+    std::vector<std::uint32_t> freed;
+    {
+      std::lock_guard lock(shard->mutex);
+      if (!shard->pending.empty()) shard->collect_pending(events, true);
+      try {
+        steal_pages(*shard, page_size, SIZE_MAX, freed);
+      } catch (...) {
+        give_back_reused(freed, page_size);
+        throw;
+      }
+    }
+    give_back_reused(freed, page_size);
+  }
+  return destroy_spares();
+}
+
+}  // namespace sdalloc

@@ -1,0 +1,246 @@
+// pages.cpp - backing blocks with pages: gathering chunks, mapping, moving free pages.
+//
+// A block handed out must have every page it overlaps mapped (the invariant in
+// vm_pool_impl.hpp). back_pages is the shard's backing hook: it counts the block's unmapped
+// pages and gathers that many chunks from the spares, from free pages of this shard (or,
+// at later levels, of other shards), and from the VirtualMemory, in the order the policy
+// allows; then maps them. Whatever it cannot use goes back, so a failed attempt leaves the
+// pool as it was. A page is moved only when it lies wholly inside a free block.
+
+#include <algorithm>
+#include <mutex>
+
+#include "policies/virtual_memory_pool/vm_pool_impl.hpp"
+
+namespace sdalloc {
+
+using detail::Block;
+using detail::PoolShard;
+using vm_detail::range_of;
+using vm_detail::VmRange;
+
+// =======================================================================================
+// backing one block
+
+bool VirtualMemoryPool::Impl::back_pages(PoolShard& shard, Block* block, Level level,
+                                         std::string& failure) {
+  VmRange& range = range_of(block);
+  const std::size_t page_size = range.page_size;
+  const std::size_t first = range.first_page(block->addr);
+  const std::size_t end = range.end_page(block->end());
+  std::size_t missing = 0;
+  for (std::size_t p = first; p < end; ++p) missing += range.is_mapped(p) ? 0 : 1;
+  if (missing == 0) return true;
+  if (range.pages.size() < end) {
+    // Doubling keeps growth rare; never past the range's own page count.
+    range.pages.resize(
+        std::min(std::max(end, range.pages.size() * 2), range.size / range.page_size));
+  }
+
+  Gathered got;  // chunks in hand; whatever is not mapped goes back on any exit
+  try {
+    gather(shard, page_size, missing, block->size, level, got, failure);
+    if (got.size() < missing) {
+      give_back(got, page_size);
+      return false;
+    }
+    map_pages(shard, range, first, end, got);
+  } catch (...) {
+    give_back(got, page_size);
+    throw;
+  }
+  return true;
+}
+
+void VirtualMemoryPool::Impl::gather(PoolShard& shard, std::size_t page_size, std::size_t missing,
+                                     std::size_t request_bytes, Level level, Gathered& got,
+                                     std::string& failure) {
+  take_spares(page_size, missing, got.reused);
+  if (got.size() == missing) return;
+  // Free pages of this shard first, unless the policy grows freely: below the cap
+  // without remap_before_growth, or within growth_slack of the peak live bytes.
+  const bool grow_freely = !options.remap_before_growth ||
+                           within_growth_slack((missing - got.size()) * page_size, request_bytes);
+  const bool remap_first = !grow_freely || level == Level::kOutOfMemory;
+  if (remap_first) steal_pages(shard, page_size, missing - got.size(), got.reused);
+  if (got.size() == missing) return;
+  // Other shards may hold free pages too: level kOthers takes them before creating.
+  const bool may_create =
+      grow_freely || level != Level::kOwn || !other_shards_with(page_size, shard);
+  if (may_create) {
+    create_chunks(page_size, missing - got.size(), got.created, failure);
+    got.created_now = got.created;
+    std::sort(got.created_now.begin(), got.created_now.end());
+  }
+  if (got.size() == missing) return;
+  if (!remap_first) steal_pages(shard, page_size, missing - got.size(), got.reused);
+  if (got.size() < missing && failure.empty()) {
+    failure = "no physical chunk available for " + std::to_string(missing - got.size()) +
+              " more pages of " + format_bytes(page_size);
+  }
+}
+
+// Whether `bytes` more chunks keep the physical bytes within growth_slack of the highest
+// live bytes seen: then creating is cheaper than moving pages (no unmap, and no page
+// faults on pages that were in use elsewhere), and the footprint stays near the minimum.
+// The live bytes are summed over the streams at this moment (exact, unlike a sum of the
+// streams' peaks), plus the request; the highest such sum is kept.
+bool VirtualMemoryPool::Impl::within_growth_slack(std::size_t bytes, std::size_t request_bytes) {
+  if (options.growth_slack <= 0.0) return false;
+  std::size_t live = request_bytes;
+  {
+    std::lock_guard lock(registry_mutex());
+    for (const auto& stream : stream_live) live += stream->bytes.current();
+    if (live > slow_path_peak_live) slow_path_peak_live = live;
+    live = slow_path_peak_live;
+  }
+  const double allowed = static_cast<double>(live) * (1.0 + options.growth_slack);
+  return static_cast<double>(counters.physical.current() + bytes) <= allowed;
+}
+
+bool VirtualMemoryPool::Impl::other_shards_with(std::size_t page_size,
+                                                const PoolShard& shard) const {
+  const ShardTable& t = table();
+  for (std::size_t i = 0; i < t.shards.size(); ++i) {
+    if (t.shards[i] != &shard && page_size_at(t, i) == page_size) return true;
+  }
+  return false;
+}
+
+// =======================================================================================
+// mapping and unmapping
+
+// Maps the gathered chunks under the unmapped pages in [first, end). On a failure the
+// pages mapped here are unmapped again (their chunks return to `got`) and the error
+// propagates.
+void VirtualMemoryPool::Impl::map_pages(PoolShard& shard, VmRange& range, std::size_t first,
+                                        std::size_t end, Gathered& got) {
+  std::vector<std::size_t> mapped_here;
+  mapped_here.reserve(got.size());
+  try {
+    for (std::size_t p = first; p < end; ++p) {
+      if (range.is_mapped(p)) continue;
+      const std::uint32_t chunk = got.take();
+      try {
+        memory.map(reinterpret_cast<void*>(range.page_address(p)), chunk_at(chunk));
+      } catch (...) {
+        got.put_back(chunk);
+        throw;
+      }
+      range.pages[p] = chunk + 1;
+      ++range.mapped_pages;
+      mapped_here.push_back(p);
+      counters.maps.fetch_add(1, std::memory_order_relaxed);
+      counters.mapped.add(range.page_size);
+    }
+  } catch (...) {
+    // Roll back: the request fails as if it had never been made.
+    while (!mapped_here.empty()) {  // last mapped first
+      got.put_back(unmap_page(range, mapped_here.back(), shard.stream));
+      mapped_here.pop_back();
+    }
+    rethrow_map_failure(range.page_size);
+  }
+}
+
+// Called inside a catch block: an OutOfMemory goes on as it is (try_allocate reports it);
+// any other error is named.
+void VirtualMemoryPool::Impl::rethrow_map_failure(std::size_t page_size) const {
+  try {
+    throw;
+  } catch (const OutOfMemory&) {
+    throw;
+  } catch (const Error& e) {
+    throw Error(name() + ": mapping a page of " + format_bytes(page_size) +
+                " failed (the request was rolled back): " + e.what());
+  }
+}
+
+// Unmaps one page and answers its chunk (now held, unmapped). The caller holds the
+// range's shard lock.
+std::uint32_t VirtualMemoryPool::Impl::unmap_page(VmRange& range, std::size_t page,
+                                                  Stream last_use) {
+  const std::uint32_t chunk = range.pages[page] - 1;
+  memory.unmap(reinterpret_cast<void*>(range.page_address(page)), range.page_size, last_use);
+  range.pages[page] = 0;
+  --range.mapped_pages;
+  counters.unmaps.fetch_add(1, std::memory_order_relaxed);
+  counters.mapped.sub(range.page_size);
+  return chunk;
+}
+
+void VirtualMemoryPool::Impl::recycle_block(PoolShard& shard, Block* block) {
+  if (!options.eager_unmap) {
+    shard.release(block);
+    return;
+  }
+  // Eager: merge now and unmap the pages no allocation uses any more.
+  Block* merged = block->prev != nullptr && block->prev->indexed ? block->prev : block;
+  shard.make_free(block);
+  VmRange& range = range_of(merged);
+  std::vector<std::uint32_t> freed;
+  try {
+    for (std::size_t p = range.end_page(merged->addr); p < range.first_page(merged->end()); ++p) {
+      if (range.is_mapped(p)) freed.push_back(unmap_page(range, p, shard.stream));
+    }
+  } catch (...) {
+    give_back_reused(freed, range.page_size);
+    throw;
+  }
+  give_back_reused(freed, range.page_size);
+}
+
+// =======================================================================================
+// moving free pages
+
+// Unmaps up to `want` pages of `shard` that lie wholly inside free blocks, smallest free
+// blocks first (a big free block keeps its pages for a big request), and adds their
+// chunks to `out`. The caller holds shard.mutex.
+std::size_t VirtualMemoryPool::Impl::steal_pages(PoolShard& shard, std::size_t page_size,
+                                                 std::size_t want,
+                                                 std::vector<std::uint32_t>& out) {
+  if (want == 0) return 0;
+  shard.drain_quick_lists();
+  std::size_t taken = 0;
+  for (Block* b = shard.normal.best_fit(page_size); b != nullptr && taken < want;
+       b = shard.normal.successor(b)) {
+    VmRange& range = range_of(b);  // every range of a shard has `page_size` pages
+    const std::size_t first = range.end_page(b->addr);   // first page starting inside b
+    const std::size_t end = range.first_page(b->end());  // pages ending inside b
+    for (std::size_t p = first; p < end && taken < want; ++p) {
+      if (!range.is_mapped(p)) continue;
+      out.push_back(unmap_page(range, p, shard.stream));
+      ++taken;
+    }
+  }
+  counters.remapped_pages.fetch_add(taken, std::memory_order_relaxed);
+  return taken;
+}
+
+// Moves up to `want` free pages of other shards with the same page size into the spares.
+// Without `wait` only idle streams give up pages; with it, pending frees are waited for and
+// every stream's pages may go (unmap waits for the stream's work).
+void VirtualMemoryPool::Impl::steal_from_other_shards(PoolShard& requester, std::size_t page_size,
+                                                      std::size_t want, bool wait) {
+  const ShardTable& t = table();
+  for (std::size_t i = 0; i < t.shards.size() && want > 0; ++i) {
+    PoolShard* other = t.shards[i];
+    if (page_size_at(t, i) != page_size) continue;
+    std::vector<std::uint32_t> stolen;
+    {
+      std::lock_guard lock(other->mutex);
+      if (wait && !other->pending.empty()) other->collect_pending(events, true);
+      if (other == &requester) continue;  // its own pages: taken under its lock later
+      if (!wait && !events.idle(other->stream)) continue;
+      try {
+        want -= steal_pages(*other, page_size, want, stolen);
+      } catch (...) {
+        give_back_reused(stolen, page_size);
+        throw;
+      }
+    }
+    give_back_reused(stolen, page_size);
+  }
+}
+
+}  // namespace sdalloc
