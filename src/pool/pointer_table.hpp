@@ -42,6 +42,7 @@ class PointerTable {
 
   // Removes the address if present; answers whether it was.
   bool erase(std::uintptr_t addr) {
+    if (addr == 0) return false;  // 0 marks an empty slot: the probe below would "find" one
     std::size_t i = slot_of(addr);
     while (entries_[i].addr != addr) {
       if (entries_[i].addr == 0) return false;
