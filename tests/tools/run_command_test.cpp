@@ -291,14 +291,15 @@ TEST(RunCli, WritesTheTableAndTheJsonFile) {
   const std::string json = dir.file("run.json");
   const CliRun run = run_cli(dir, std::string("run -q -n 2 -a glibc,sdalloc-pool --json '") + json +
                                       "' --preload-library '" + SDALLOC_FAKE_PRELOAD + "' -- '" +
-                                      SDALLOC_RUN_PROBE + "' --mib 8");
+                                      SDALLOC_RUN_PROBE + "' --mib 8 --stdout 'step 1/1'");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_TRUE(Contains(run.out, "allocator"));
   EXPECT_TRUE(Contains(run.out, "peak RSS"));
   EXPECT_TRUE(Contains(run.out, "2 runs, wall"));
   const nlohmann::json j = nlohmann::json::parse(test::read_file(json));
   EXPECT_EQ(j["repeat"], 2);
-  EXPECT_EQ(j["command"].back(), "8");
+  EXPECT_EQ(j["command"].back(), "step 1/1");
+  EXPECT_FALSE(Contains(run.out, "step 1/1\n"));  // the command's stdout is not ours
   EXPECT_EQ(j["order"].size(), 4u);
   ASSERT_EQ(j["results"].size(), 2u);
   for (const nlohmann::json& r : j["results"]) {
@@ -311,6 +312,7 @@ TEST(RunCli, WritesTheTableAndTheJsonFile) {
       EXPECT_TRUE(r["median"].contains(key)) << key;
     }
     EXPECT_TRUE(r["relative"].is_number());
+    EXPECT_EQ(r["runs"][0]["stdout_tail"], "step 1/1\n");
   }
   EXPECT_TRUE(j["results"][0]["sdalloc_report"].is_null());
   EXPECT_EQ(j["results"][1]["sdalloc_report"]["mode"], "pool");

@@ -1,11 +1,13 @@
 // sdalloc_run_probe - the program `sdalloc run`'s tests run under each allocator.
 //
-//     sdalloc_run_probe [--mib N] [--log FILE] [--fail-under NAME] [--stderr TEXT] [--abort]
+//     sdalloc_run_probe [--mib N] [--log FILE] [--fail-under NAME] [--stdout TEXT]
+//                       [--stderr TEXT] [--abort]
 //
 // Allocates N MiB with malloc and writes every 4 KiB page (so peak RSS covers them), appends
 // one line "<allocator> <SDALLOC_CONF or ->" to FILE (the allocator: sdalloc-<mode> when
 // SDALLOC_CONF names a mode, else the preloaded library found by a symbol only it defines),
-// writes TEXT on stderr, and exits 7 when the allocator is NAME (or aborts with --abort).
+// writes the TEXTs on stdout and stderr, and exits 7 when the allocator is NAME (or aborts with
+// --abort).
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   const char* log = nullptr;
   const char* fail_under = nullptr;
   const char* message = nullptr;
+  const char* out_message = nullptr;
   bool abort_now = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -44,6 +47,8 @@ int main(int argc, char** argv) {
       log = argv[++i];
     } else if (arg == "--fail-under" && has_value) {
       fail_under = argv[++i];
+    } else if (arg == "--stdout" && has_value) {
+      out_message = argv[++i];
     } else if (arg == "--stderr" && has_value) {
       message = argv[++i];
     } else if (arg == "--abort") {
@@ -66,6 +71,7 @@ int main(int argc, char** argv) {
     std::fclose(out);
   }
   std::free(const_cast<char*>(block));
+  if (out_message != nullptr) std::printf("%s\n", out_message);
   if (message != nullptr) std::fprintf(stderr, "%s\n", message);
   if (abort_now) std::abort();
   return fail_under != nullptr && name == fail_under ? 7 : 0;

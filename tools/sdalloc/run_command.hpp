@@ -8,8 +8,9 @@
 // run/run_allocators.hpp for how each is put in place), --repeat rounds interleaved
 // (A B C A B C: run/run_driver.hpp), and prints one table of medians: wall time, peak RSS,
 // minor page faults, user and system time, and sdalloc's own report (run/run_output.hpp).
-// It answers "what would sdalloc do for my inference script?". The command's stdout is
-// discarded and its stderr kept for the notes, unless --show-output.
+// It answers "what would sdalloc do for my inference script?". The command's stdout and
+// stderr are captured (their tails go to the JSON and, for a failure, the notes) unless
+// --show-output lets it write to this terminal.
 // Exit status: 0 the command succeeded under every allocator that could run (one not
 // installed or not built is listed, not an error), 1 an error (e.g. writing --json),
 // 2 bad usage (also: COMMAND not found), 3 the command failed under an allocator (its row

@@ -51,13 +51,22 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
 
 double seconds(const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; }
 
-// The file's last kTailBytes, and the loader's line when it refused LD_PRELOAD.
-void read_stderr(const std::string& path, ChildOutcome& outcome) {
+std::string read_whole(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream whole;
   whole << in.rdbuf();
-  const std::string text = whole.str();
-  outcome.stderr_tail = text.size() > kTailBytes ? text.substr(text.size() - kTailBytes) : text;
+  return whole.str();
+}
+
+std::string tail(const std::string& text) {
+  return text.size() > kTailBytes ? text.substr(text.size() - kTailBytes) : text;
+}
+
+// The files' last kTailBytes, and the loader's line when it refused LD_PRELOAD.
+void read_output(const ChildSpec& spec, ChildOutcome& outcome) {
+  outcome.stdout_tail = tail(read_whole(spec.stdout_path));
+  const std::string text = read_whole(spec.stderr_path);
+  outcome.stderr_tail = tail(text);
   // ld.so: "ERROR: ld.so: object 'X' from LD_PRELOAD cannot be preloaded (...): ignored."
   const std::size_t at = text.find("from LD_PRELOAD cannot be preloaded");
   if (at != std::string::npos) {
@@ -116,12 +125,18 @@ ChildOutcome run_child(const ChildSpec& spec) {
   std::vector<char*> argp = pointers(args);
   const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null_fd < 0) throw Error(std::string("cannot open /dev/null: ") + std::strerror(errno));
+  int out_fd = -1;
   int err_fd = -1;
   if (!spec.show_output) {
+    out_fd = ::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     err_fd = ::open(spec.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (err_fd < 0) {
-      ::close(null_fd);
-      throw Error("cannot write " + spec.stderr_path + ": " + std::strerror(errno));
+    if (out_fd < 0 || err_fd < 0) {
+      const std::string failed = out_fd < 0 ? spec.stdout_path : spec.stderr_path;
+      const int error = errno;
+      for (const int fd : {null_fd, out_fd, err_fd}) {
+        if (fd >= 0) ::close(fd);
+      }
+      throw Error("cannot write " + failed + ": " + std::strerror(error));
     }
   }
   const auto start = std::chrono::steady_clock::now();
@@ -129,7 +144,7 @@ ChildOutcome run_child(const ChildSpec& spec) {
   if (pid == 0) {
     ::dup2(null_fd, STDIN_FILENO);
     if (!spec.show_output) {
-      ::dup2(null_fd, STDOUT_FILENO);
+      ::dup2(out_fd, STDOUT_FILENO);
       ::dup2(err_fd, STDERR_FILENO);
     }
     environ = envp.data();
@@ -145,6 +160,7 @@ ChildOutcome run_child(const ChildSpec& spec) {
   }
   const int fork_errno = errno;
   ::close(null_fd);
+  if (out_fd >= 0) ::close(out_fd);
   if (err_fd >= 0) ::close(err_fd);
   if (pid < 0) throw Error(std::string("fork: ") + std::strerror(fork_errno));
 
@@ -166,7 +182,7 @@ ChildOutcome run_child(const ChildSpec& spec) {
   outcome.peak_rss_bytes = std::uint64_t(usage.ru_maxrss) * 1024;  // Linux: KiB
   outcome.minor_faults = std::uint64_t(usage.ru_minflt);
   outcome.major_faults = std::uint64_t(usage.ru_majflt);
-  if (!spec.show_output) read_stderr(spec.stderr_path, outcome);
+  if (!spec.show_output) read_output(spec, outcome);
   return outcome;
 }
 

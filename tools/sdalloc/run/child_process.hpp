@@ -1,9 +1,9 @@
 // tools/sdalloc/run/child_process.hpp - one run of a command in a child process, measured.
 //
 // fork + execvp with the environment given (LD_PRELOAD replaced or removed, a few variables
-// set), stdin from /dev/null, stdout to /dev/null and stderr to a file (both inherited with
-// show_output), then wait4() for the child's rusage: ru_maxrss (the peak resident size of
-// the child or of the largest of its waited-for descendants), minor and major faults, user
+// set), stdin from /dev/null, stdout and stderr to files whose tails are kept (both
+// inherited with show_output), then wait4() for the child's rusage: ru_maxrss (the peak resident
+// size of the child or of the largest of its waited-for descendants), minor and major faults, user
 // and system time. Wall time runs from just before fork to wait4's return.
 #pragma once
 
@@ -18,6 +18,7 @@ struct ChildSpec {
   std::vector<std::string> argv;  // argv[0] is looked up on PATH as the shell does
   std::string preload;            // LD_PRELOAD for the child; "" removes it
   std::vector<std::pair<std::string, std::string>> environment;  // set or replaced
+  std::string stdout_path;   // the child's stdout goes here (unless show_output)
   std::string stderr_path;   // the child's stderr goes here (unless show_output)
   bool show_output = false;  // inherit stdout/stderr instead
 };
@@ -31,6 +32,7 @@ struct ChildOutcome {
   std::uint64_t peak_rss_bytes = 0;
   std::uint64_t minor_faults = 0;
   std::uint64_t major_faults = 0;
+  std::string stdout_tail;     // the last bytes it wrote on stdout (at most 2000)
   std::string stderr_tail;     // the last bytes it wrote on stderr (at most 2000)
   std::string preload_failed;  // the dynamic loader's message when LD_PRELOAD was ignored
 

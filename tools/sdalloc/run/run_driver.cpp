@@ -125,6 +125,7 @@ RunReport run_under_allocators(const RunOptions& options) {
     spec.argv = options.command;
     spec.preload = launches[i].preload;
     spec.environment = launches[i].environment;
+    spec.stdout_path = scratch.file("stdout.txt");
     spec.stderr_path = scratch.file("stderr.txt");
     spec.show_output = options.show_output;
     return spec;

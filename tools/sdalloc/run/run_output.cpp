@@ -99,7 +99,8 @@ nlohmann::json outcome_json(const RunSample& r) {
           {"system_seconds", o.system_seconds},
           {"peak_rss_bytes", o.peak_rss_bytes},
           {"minor_faults", o.minor_faults},
-          {"major_faults", o.major_faults}};
+          {"major_faults", o.major_faults},
+          {"stdout_tail", o.stdout_tail}};
 }
 
 }  // namespace

@@ -17,7 +17,8 @@
 //                 "relative": R or null, "sdalloc_report": {...} or null,
 //                 "runs": [{"round", "exit_status", "signal", "wall_seconds",
 //                           "user_seconds", "system_seconds", "peak_rss_bytes",
-//                           "minor_faults", "major_faults"}, ...]}, ...]}
+//                           "minor_faults", "major_faults", "stdout_tail"}, ...]}, ...]}
+// (stdout_tail: the last 2000 bytes the command wrote on stdout, e.g. its own timings).
 // "ran" is false when the allocator could not run at all (then "problem" says why).
 #pragma once
 
