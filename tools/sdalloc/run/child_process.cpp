@@ -37,7 +37,8 @@ std::vector<std::string> child_environment(const ChildSpec& spec) {
     if (!replaced(*e)) env.emplace_back(*e);
   }
   if (!spec.preload.empty()) env.push_back("LD_PRELOAD=" + spec.preload);
-  for (const auto& [name, value] : spec.environment) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : spec.environment)
+    env.push_back(std::string(name).append("=").append(value));
   return env;
 }
 
@@ -90,7 +91,8 @@ std::string find_program(const std::string& program) {
   std::stringstream dirs(path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin");
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    std::string candidate = dir.empty() ? "." : dir;
+    candidate.append("/").append(program);
     struct stat st {};
     if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
         ::access(candidate.c_str(), X_OK) == 0) {
@@ -108,7 +110,7 @@ std::string last_lines(const std::string& text, std::size_t limit) {
     const std::size_t begin = newline == std::string::npos ? 0 : newline + 1;
     std::string line = text.substr(begin, end - begin);
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    if (!line.empty()) joined = joined.empty() ? line : line + " | " + joined;
+    if (!line.empty()) joined = joined.empty() ? line : line.append(" | ").append(joined);
     if (newline == std::string::npos) break;
     end = newline;
   }
