@@ -138,7 +138,7 @@ TEST(RunAllocators, PreloadLibraryOptionWinsOverTheEnvironment) {
 // ---------------------------------------------------------------- real runs
 TEST(RunDriver, PeakRssAndFaultsCoverTheMemoryTheCommandTouched) {
   std::vector<std::string> allocators = {"glibc"};
-  if (tcmalloc_installed() && !replay::built_with_sanitizer()) allocators.emplace_back("tcmalloc");
+  if (tcmalloc_installed()) allocators.emplace_back("tcmalloc");  // the probe is uninstrumented
   const RunReport report = run_under_allocators(probe_options(allocators, {"--mib", "64"}));
   ASSERT_EQ(report.results.size(), allocators.size());
   for (const AllocatorRuns& r : report.results) {
