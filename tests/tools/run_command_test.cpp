@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "run/child_process.hpp"
 #include "run/run_driver.hpp"
 #include "run/run_output.hpp"
 #include "sdalloc/core/errors.hpp"
@@ -169,6 +170,47 @@ TEST(RunDriver, RoundsInterleaveTheAllocators) {
   EXPECT_EQ(lines[0], "glibc -");  // no SDALLOC_CONF outside sdalloc's modes
   EXPECT_TRUE(Contains(lines[1], "sdalloc-pool mode:pool,report:/"));
   EXPECT_EQ(result_of(report, "glibc").runs.size(), 2u);
+}
+
+TEST(RunDriver, WarmUpRunsAreUntimedAndUnderTheFirstAllocatorThatCanRun) {
+  TempDir dir;
+  const std::string log = dir.file("log.txt");
+  RunOptions o = probe_options({"sdalloc-vmm", "glibc", "sdalloc-pool"}, {"--log", log});
+  o.preload_library = "/no/such/libsdalloc_preload.so";  // sdalloc's modes cannot run
+  o.warmup = 2;
+  const RunReport report = run_under_allocators(o);
+  EXPECT_EQ(report.order, std::vector<std::string>{"glibc"});
+  EXPECT_EQ(lines_of(test::read_file(log)),
+            (std::vector<std::string>{"glibc -", "glibc -", "glibc -"}));
+  EXPECT_TRUE(Contains(format_run_table(report), "2 untimed warm-up run(s)"));
+}
+
+TEST(ChildProcess, ProgressIsCalledWhileWaitingAndWallTimeStaysExact) {
+  TempDir dir;
+  ChildSpec spec;
+  spec.argv = {"/bin/sleep", "0.6"};
+  spec.stdout_path = dir.file("out");
+  spec.stderr_path = dir.file("err");
+  int calls = 0;
+  const ChildOutcome outcome = run_child(spec, [&] { ++calls; });
+  EXPECT_TRUE(outcome.succeeded());
+  EXPECT_GE(calls, 1);
+  EXPECT_GE(outcome.wall_seconds, 0.6);
+  EXPECT_LT(outcome.wall_seconds,
+            1.2);  // the pidfd wakes the wait when it exits (loaded CI: slack)
+}
+
+TEST(ChildProcess, CommandThatCannotBeExecutedExits127WithTheReason) {
+  TempDir dir;
+  const std::string not_executable = dir.file("script");
+  test::write_file(not_executable, "#!/no/such/interpreter\n");
+  ChildSpec spec;
+  spec.argv = {not_executable};
+  spec.stdout_path = dir.file("out");
+  spec.stderr_path = dir.file("err");
+  const ChildOutcome outcome = run_child(spec);
+  EXPECT_EQ(outcome.exit_status, 127);
+  EXPECT_TRUE(Contains(outcome.stderr_tail, "sdalloc run: cannot run " + not_executable));
 }
 
 TEST(RunDriver, SdallocModesShowTheDropInsReport) {

@@ -1,8 +1,10 @@
 #include "run/child_process.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,6 +82,26 @@ void read_output(const ChildSpec& spec, ChildOutcome& outcome) {
   }
 }
 
+// Returns when the child has exited (its zombie stays for wait4), calling `waiting` every
+// quarter second until then.
+void wait_with_progress(pid_t pid, const std::function<void()>& waiting) {
+#ifdef SYS_pidfd_open
+  if (!waiting) return;
+  const int pidfd = int(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return;  // an old kernel: wait4 blocks instead
+  pollfd p{pidfd, POLLIN, 0};
+  while (true) {
+    const int ready = ::poll(&p, 1, 250);
+    if (ready > 0 || (ready < 0 && errno != EINTR)) break;
+    waiting();
+  }
+  ::close(pidfd);
+#else
+  (void)pid;
+  (void)waiting;
+#endif
+}
+
 }  // namespace
 
 std::string find_program(const std::string& program) {
@@ -118,7 +140,7 @@ std::string last_lines(const std::string& text, std::size_t limit) {
   return joined;
 }
 
-ChildOutcome run_child(const ChildSpec& spec) {
+ChildOutcome run_child(const ChildSpec& spec, const std::function<void()>& waiting) {
   if (spec.argv.empty()) throw Error("no command to run");
   // Everything the child needs is built before fork: it only calls dup2, execvp and _exit.
   std::vector<std::string> env = child_environment(spec);
@@ -166,6 +188,7 @@ ChildOutcome run_child(const ChildSpec& spec) {
   if (err_fd >= 0) ::close(err_fd);
   if (pid < 0) throw Error(std::string("fork: ") + std::strerror(fork_errno));
 
+  wait_with_progress(pid, waiting);
   int status = 0;
   rusage usage{};
   while (::wait4(pid, &status, 0, &usage) < 0) {

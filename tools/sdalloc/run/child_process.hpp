@@ -4,10 +4,14 @@
 // set), stdin from /dev/null, stdout and stderr to files whose tails are kept (both
 // inherited with show_output), then wait4() for the child's rusage: ru_maxrss (the peak resident
 // size of the child or of the largest of its waited-for descendants), minor and major faults, user
-// and system time. Wall time runs from just before fork to wait4's return.
+// and system time. Wall time runs from just before fork to wait4's return. While it waits,
+// `waiting` (when given) is called about four times a second: a pidfd (Linux >= 5.3) wakes
+// the wait the moment the child exits, so the progress costs the wall time nothing; without
+// one the wait is a plain blocking wait4 and `waiting` is not called.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,7 +46,7 @@ struct ChildOutcome {
 // Runs spec.argv and waits for it. Throws sdalloc::Error when the child cannot be started
 // (fork or the stderr file fail); a command that cannot be executed exits 127 with the
 // reason on its stderr, as in a shell.
-ChildOutcome run_child(const ChildSpec& spec);
+ChildOutcome run_child(const ChildSpec& spec, const std::function<void()>& waiting = {});
 
 // Where `program` would be executed from: itself when it holds a '/', else the first
 // executable of that name on $PATH; "" when there is none.

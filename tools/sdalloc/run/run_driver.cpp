@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "replay/progress_line.hpp"
 #include "sdalloc/core/errors.hpp"
@@ -132,26 +133,28 @@ RunReport run_under_allocators(const RunOptions& options) {
   };
 
   replay::ProgressLine progress("sdalloc run");
-  auto say = [&](const std::string& text) {
-    if (options.progress) progress.report(text);
+  // What run_child calls while it waits: the progress line, or nothing with --quiet.
+  auto progress_for = [&](const std::string& where) -> std::function<void()> {
+    if (!options.progress) return {};
+    return [&progress, where] { progress.report(where); };
   };
   const auto first_runnable = std::find_if(launches.begin(), launches.end(),
                                            [](const Launch& l) { return l.problem.empty(); });
   for (int w = 1; w <= options.warmup && first_runnable != launches.end(); ++w) {
     const auto i = std::size_t(first_runnable - launches.begin());
-    say("warm-up " + std::to_string(w) + "/" + std::to_string(options.warmup) + " under " +
-        allocators[i]->name);
-    run_child(spec_for(i));
+    const std::string where = "warm-up " + std::to_string(w) + "/" +
+                              std::to_string(options.warmup) + " under " + allocators[i]->name;
+    run_child(spec_for(i), progress_for(where));
   }
   for (const auto& [i, round] : interleaved_order(allocators.size(), options.repeat)) {
     AllocatorRuns& result = report.results[i];
     if (!result.problem.empty() || result.failure() != nullptr) continue;
-    say("round " + std::to_string(round) + "/" + std::to_string(options.repeat) + ": " +
-        result.allocator);
+    const std::string where = "round " + std::to_string(round) + "/" +
+                              std::to_string(options.repeat) + ": " + result.allocator;
     if (!launches[i].report_path.empty()) std::filesystem::remove(launches[i].report_path);
     RunSample sample;
     sample.round = round;
-    sample.outcome = run_child(spec_for(i));
+    sample.outcome = run_child(spec_for(i), progress_for(where));
     if (!launches[i].report_path.empty()) {
       sample.report = read_sdalloc_report(launches[i].report_path, sample.report_problem);
     }
