@@ -298,7 +298,7 @@ def run(args):
     blas = which_blas()
     print(f"sd_unet: {'small' if args.small else 'SD 1.5'} UNet, "
           f"{sum(p.numel() for p in unet.parameters()):,} parameters, batch {args.batch}, "
-          f"{latent}x{latent} latents, {args.threads} threads; "
+          f"{latent}x{latent} latents, {args.threads} threads, built in {build_seconds:.1f} s; "
           f"BLAS: {blas['blas_info']} {' '.join(blas['mapped']) or '(none mapped)'}", flush=True)
 
     def predict_noise(x, t):
