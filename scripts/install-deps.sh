@@ -14,6 +14,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev # tests and benchmarks
   clang-tidy clang-format                    # lint and format stages of scripts/test-all.sh
   python3 python3-pytest python3-torch       # Python tests (through /usr/bin/python3)
+  libopenblas0-openmp                        # torch's BLAS: without it libblas.so.3 is the
+                                             #   reference BLAS (SD UNet forward 132 s, not ~10)
   chromium                                   # renders `sdalloc replay --report` in a test
   libtcmalloc-minimal4 libjemalloc2          # system allocators `sdalloc replay` compares
   libmimalloc2.0                             #   against (LD_PRELOAD in a child process)

@@ -2,6 +2,7 @@
 //
 //     sdalloc replay [TRACE...] [options]   the main job (replay_command.hpp)
 //     sdalloc plan INPUT [options]          static memory planning (plan_command.hpp)
+//     sdalloc run [options] -- COMMAND ...  a real program under each allocator (run_command.hpp)
 //
 // Errors are one line on stderr naming the command and what is wrong; exit status 1 for bad
 // input, 2 for bad usage, others as each command documents.
@@ -12,6 +13,7 @@
 
 #include "plan_command.hpp"
 #include "replay_command.hpp"
+#include "run_command.hpp"
 #include "sdalloc/trace/event_trace.hpp"
 #include "sdalloc/version.hpp"
 
@@ -23,9 +25,11 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   sdalloc::tools::ReplayCommand replay;
   sdalloc::tools::PlanCommand plan;
+  sdalloc::tools::RunCommand run_command;
   sdalloc::tools::ReplayChildCommand replay_child;
   replay.add_to(app);
   plan.add_to(app);
+  run_command.add_to(app);
   replay_child.add_to(app);
   try {
     app.parse(argc, argv);
@@ -41,6 +45,10 @@ int run(int argc, char** argv) {
     if (plan.subcommand->parsed()) {
       command = "sdalloc plan";
       return plan.run();
+    }
+    if (run_command.subcommand->parsed()) {
+      command = "sdalloc run";
+      return run_command.run();
     }
     command = "sdalloc __replay-child";
     return replay_child.run();
