@@ -1,5 +1,5 @@
-// The canonical search behind plan(), after MiniMalloc (Moffitt, ASPLOS 2023). Internal to
-// the library; see planner_search.cpp for the method.
+// planner/search.hpp - the canonical search behind plan(), after MiniMalloc (Moffitt, ASPLOS
+// 2023). Internal to the library; see search.cpp for the method.
 #pragma once
 
 #include <chrono>
@@ -7,7 +7,7 @@
 #include <functional>
 #include <span>
 
-#include "sdalloc/planner/planner.hpp"
+#include "sdalloc/planner/planner.hpp"  // Buffer, Plan
 
 namespace sdalloc::planner_detail {
 

@@ -1,6 +1,8 @@
 // trace_replay.hpp - replays a recorded allocation trace through a pool: the step the trace
 // acceptance tests share (trace_replay_test.cpp for CachingPool,
-// virtual_memory_trace_replay_test.cpp for VirtualMemoryPool), written once for any pool.
+// virtual_memory_trace_replay_test.cpp for VirtualMemoryPool,
+// planned_arena_trace_replay_test.cpp for PlannedArena), written once for any sdalloc::Pool,
+// and the bundled traces they run on.
 //
 // replay(trace, pool) checks, and reports as a gtest AssertionResult:
 //  - the pool serves every allocation and takes back every free, in the trace's order and on
@@ -16,15 +18,20 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/trace/event_trace.hpp"
 #include "sdalloc/core/pool.hpp"
 #include "sdalloc/core/stream.hpp"
+#include "sdalloc/trace/event_trace.hpp"
 
 namespace sdalloc::conformance {
 
@@ -56,6 +63,26 @@ template <sdalloc::Pool P>
   }
   for (const auto& [id, ptr] : live) pool.free(ptr);
   return ::testing::AssertionSuccess();
+}
+
+// Every bundled trace (data/traces/*.csv), sorted: the parameters of the trace suites.
+inline std::vector<std::string> bundled_traces() {
+  std::vector<std::string> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(SDALLOC_DATA_DIR "/traces")) {
+    if (entry.path().extension() == ".csv") paths.push_back(entry.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+// A test name from a trace's path: its stem with every other character than [A-Za-z0-9]
+// made '_'.
+inline std::string trace_test_name(const ::testing::TestParamInfo<std::string>& param) {
+  std::string name = std::filesystem::path(param.param).stem().string();
+  for (char& c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c)) == 0) c = '_';
+  }
+  return name;
 }
 
 }  // namespace sdalloc::conformance

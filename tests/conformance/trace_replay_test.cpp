@@ -17,11 +17,11 @@
 
 #include "conformance/resource_configurations.hpp"
 #include "conformance/trace_replay.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/trace/event_trace.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
+#include "sdalloc/trace/event_trace.hpp"
 
 namespace sdalloc::conformance {
 namespace {

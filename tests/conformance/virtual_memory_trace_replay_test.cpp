@@ -21,23 +21,14 @@
 
 #include "conformance/trace_replay.hpp"
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/trace/event_trace.hpp"
-#include "sdalloc/resources/host_virtual_memory.hpp"
 #include "sdalloc/policies/virtual_memory_pool.hpp"
+#include "sdalloc/resources/host_virtual_memory.hpp"
+#include "sdalloc/trace/event_trace.hpp"
 
 namespace sdalloc::conformance {
 namespace {
 
 constexpr double kMaxPeakRatio = 1.05;
-
-std::vector<std::string> bundled_traces() {
-  std::vector<std::string> paths;
-  for (const auto& entry : std::filesystem::directory_iterator(SDALLOC_DATA_DIR "/traces")) {
-    if (entry.path().extension() == ".csv") paths.push_back(entry.path().string());
-  }
-  std::sort(paths.begin(), paths.end());
-  return paths;
-}
 
 double ratio(std::size_t a, std::size_t b) {
   return static_cast<double>(a) / static_cast<double>(b);
@@ -84,14 +75,7 @@ TEST_P(VirtualMemoryTraceReplay, RunsUnderAPhysicalCapOfOnePointOFiveTimesPeakLi
 }
 
 INSTANTIATE_TEST_SUITE_P(BundledTraces, VirtualMemoryTraceReplay,
-                         ::testing::ValuesIn(bundled_traces()),
-                         [](const ::testing::TestParamInfo<std::string>& param) {
-                           std::string name = std::filesystem::path(param.param).stem().string();
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
-                         });
+                         ::testing::ValuesIn(bundled_traces()), trace_test_name);
 
 }  // namespace
 }  // namespace sdalloc::conformance

@@ -1,0 +1,69 @@
+// policies/planned_arena/figures.hpp - what PlannedArena counts beside its fallback pool,
+// and how those figures add up to one PoolStats.
+//
+// Two sources of memory sit beside the fallback pool: the recording's blocks taken straight
+// from the upstream (RecordingBlocks) and the arenas (SharedArena). Each keeps its own
+// figures in the struct below - current values, peaks, totals - and combine_stats() adds
+// them to the pool's stats. Invariants: a peak is >= its current value from the last
+// reset_peak() on; totals only grow. The peaks of the three sources are summed, so a
+// combined peak is an upper bound (they may not have peaked at once), while current figures
+// are exact. The arenas keep no reserved peak: the combined reserved peak adds the bytes
+// they reserve now to the other sources' peaks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "sdalloc/core/pool_stats.hpp"
+
+namespace sdalloc::planned_arena_detail {
+
+struct RecordingBlockFigures {
+  // Current.
+  std::size_t held_bytes = 0;          // raw bytes from the upstream: live and cached
+  std::size_t live_raw_bytes = 0;      // raw bytes of the live blocks
+  std::size_t live_rounded_bytes = 0;  // what the live blocks hand out
+  std::size_t live_bytes = 0;          // what callers asked for
+  std::size_t live_blocks = 0;
+  std::size_t blocks = 0;  // live and cached
+  // Peaks. peak_live_raw_bytes also bounds the recording's cache (RecordingBlocks); it is
+  // not reset by reset_peak().
+  std::size_t peak_live_raw_bytes = 0;
+  std::size_t peak_held_bytes = 0;
+  std::size_t peak_live_rounded_bytes = 0;
+  std::size_t peak_live_bytes = 0;
+  std::size_t peak_live_blocks = 0;
+  std::size_t peak_blocks = 0;
+  // Totals.
+  std::uint64_t allocations = 0;  // requests served
+  std::uint64_t frees = 0;
+  std::uint64_t upstream_allocations = 0;  // blocks taken from the upstream
+  std::uint64_t upstream_releases = 0;
+};
+
+struct ArenaFigures {
+  // Current, summed over the current arena and the retired ones.
+  std::size_t live_bytes = 0;
+  std::size_t allocated_bytes = 0;
+  std::size_t reserved_bytes = 0;
+  std::size_t live_allocations = 0;
+  std::size_t arenas = 0;  // reserved arenas
+  // Peaks.
+  std::size_t peak_live_bytes = 0;
+  std::size_t peak_allocated_bytes = 0;
+  std::size_t peak_live_allocations = 0;
+  std::size_t peak_arenas = 0;
+  // Totals.
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+  std::uint64_t reservations = 0;  // arenas taken from the upstream
+  std::uint64_t releases = 0;
+  std::uint64_t failures = 0;           // reservations refused (PlannedArenaCounters)
+  std::uint64_t prefault_failures = 0;  // arenas whose pages could not be faulted in
+};
+
+// The fallback pool's stats with both other sources added.
+PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
+                        const ArenaFigures& arenas);
+
+}  // namespace sdalloc::planned_arena_detail
