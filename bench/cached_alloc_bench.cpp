@@ -17,9 +17,9 @@
 #include <cstdlib>
 #include <memory>
 
+#include "sdalloc/core/stream.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
-#include "sdalloc/core/stream.hpp"
 
 namespace {
 

@@ -21,10 +21,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "sdalloc/policies/caching_pool.hpp"
-#include "sdalloc/trace/event_trace.hpp"
-#include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/core/stream.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/resources/host_resource.hpp"
+#include "sdalloc/trace/event_trace.hpp"
 
 namespace {
 

@@ -20,8 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "sdalloc/resources/host_virtual_memory.hpp"
 #include "sdalloc/policies/virtual_memory_pool.hpp"
+#include "sdalloc/resources/host_virtual_memory.hpp"
 
 namespace {
 
@@ -37,9 +37,7 @@ void touch(void* base, std::size_t bytes) {
   for (std::size_t i = 0; i < bytes; i += kPage) p[i] = 1;
 }
 
-void PageSizes(benchmark::internal::Benchmark* b) {
-  b->Arg(64 << 10)->Arg(2 << 20);
-}
+void PageSizes(benchmark::internal::Benchmark* b) { b->Arg(64 << 10)->Arg(2 << 20); }
 
 void BM_Vm_MapUnmap(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));

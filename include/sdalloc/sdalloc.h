@@ -156,9 +156,9 @@ typedef struct sdalloc_pool_config_t {
    * pool records the allocations made between sdalloc_pool_begin_step and
    * sdalloc_pool_end_step once, plans every buffer an offset in one arena as small as the
    * step's peak of live bytes allows, and serves later steps from it by position (see
-   * PlannedArena in sdalloc/policies/planned_arena.hpp). Allocations outside steps, on other streams,
-   * or after a step left the recorded sequence come from the caching pool configured above.
-   * Default false. (It follows replan_after_divergent_steps so that it lies past the first
+   * PlannedArena in sdalloc/policies/planned_arena.hpp). Allocations outside steps, on other
+   * streams, or after a step left the recorded sequence come from the caching pool configured
+   * above. Default false. (It follows replan_after_divergent_steps so that it lies past the first
    * version's trailing padding, which callers of that version did not always zero.) */
   bool planned;
   /* Planned pools: plans kept at once, one per kind of step (another image size, another
@@ -254,11 +254,11 @@ typedef struct sdalloc_step_stats_t {
   uint64_t fallback_allocations; /* served by the caching pool otherwise */
   uint64_t recorded_allocations; /* made in recorded steps */
   uint64_t recorded_steps;
-  uint64_t planned_steps;        /* steps begun with a plan */
-  uint64_t divergent_steps;      /* planned steps that left the recorded sequence */
-  uint64_t replans;              /* plans dropped after too many divergent steps */
-  uint64_t arena_failures;       /* plans dropped because the arena could not be reserved */
-  size_t plans;                  /* plans held now (at most config.max_plans) */
+  uint64_t planned_steps;   /* steps begun with a plan */
+  uint64_t divergent_steps; /* planned steps that left the recorded sequence */
+  uint64_t replans;         /* plans dropped after too many divergent steps */
+  uint64_t arena_failures;  /* plans dropped because the arena could not be reserved */
+  size_t plans;             /* plans held now (at most config.max_plans) */
 } sdalloc_step_stats_t;
 
 /* Fills *stats. Errors: INVALID_ARGUMENT for a NULL pool or stats, a struct_size this
@@ -371,14 +371,13 @@ SDALLOC_API size_t sdalloc_layout_segment_count(const sdalloc_layout_t* layout) 
 
 /* Fills *out with segment `segment` (0-based). Errors: INVALID_ARGUMENT (NULL layout or out,
  * an index past the last segment, a struct_size this library does not know). */
-SDALLOC_API sdalloc_status_t sdalloc_layout_segment(const sdalloc_layout_t* layout,
-                                                    size_t segment,
+SDALLOC_API sdalloc_status_t sdalloc_layout_segment(const sdalloc_layout_t* layout, size_t segment,
                                                     sdalloc_segment_info_t* out) SDALLOC_NOEXCEPT;
 
 /* Fills *out with block `block` of segment `segment`. Errors: as sdalloc_layout_segment,
  * and INVALID_ARGUMENT for a block index past the segment's block_count. */
-SDALLOC_API sdalloc_status_t sdalloc_layout_block(const sdalloc_layout_t* layout,
-                                                  size_t segment, size_t block,
+SDALLOC_API sdalloc_status_t sdalloc_layout_block(const sdalloc_layout_t* layout, size_t segment,
+                                                  size_t block,
                                                   sdalloc_block_info_t* out) SDALLOC_NOEXCEPT;
 
 /* Frees a layout. NULL is a no-op. */

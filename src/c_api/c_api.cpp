@@ -26,14 +26,14 @@
 #include <vector>
 
 #include "c_api/c_pool.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/resources/host_resource.hpp"
-#include "sdalloc/resources/limit_resource.hpp"
-#include "sdalloc/policies/planned_arena.hpp"
 #include "sdalloc/core/pool_layout.hpp"
 #include "sdalloc/core/pool_stats.hpp"
 #include "sdalloc/core/tensor.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/policies/planned_arena.hpp"
+#include "sdalloc/resources/host_resource.hpp"
+#include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/version.hpp"
 
 struct sdalloc_layout {
@@ -381,7 +381,8 @@ sdalloc_status_t sdalloc_trim(sdalloc_pool_t* pool, std::size_t* released) noexc
 // ==================================================================== steps
 
 sdalloc_status_t sdalloc_pool_begin_step(sdalloc_pool_t* pool, sdalloc_stream_t stream) noexcept {
-  return guarded(__func__, [&] { sdalloc::detail::planned_of(pool_of(pool)).begin_step(stream_of(stream)); });
+  return guarded(__func__,
+                 [&] { sdalloc::detail::planned_of(pool_of(pool)).begin_step(stream_of(stream)); });
 }
 
 sdalloc_status_t sdalloc_pool_end_step(sdalloc_pool_t* pool) noexcept {

@@ -21,12 +21,12 @@
 #include <utility>
 #include <vector>
 
-#include "trace/allocation_recorder.hpp"
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/policies/any_pool.hpp"
 #include "sdalloc/core/resource.hpp"
 #include "sdalloc/core/stream_events.hpp"
 #include "sdalloc/core/virtual_memory.hpp"
+#include "sdalloc/policies/any_pool.hpp"
+#include "trace/allocation_recorder.hpp"
 
 namespace sdalloc::detail {
 
@@ -51,8 +51,7 @@ struct sdalloc_pool {
                sdalloc::CachingPoolOptions options)
       : resources(std::move(stack)), events(std::move(stream_events)) {
     options.stream_events = events.get();
-    pool = std::make_unique<sdalloc::PoolOf<sdalloc::CachingPool>>(*resources.back(),
-                                                                                 options);
+    pool = std::make_unique<sdalloc::PoolOf<sdalloc::CachingPool>>(*resources.back(), options);
   }
   // A PlannedArena on stack.back(); its fallback pool uses `stream_events`.
   sdalloc_pool(std::vector<std::unique_ptr<sdalloc::MemoryResource>> stack,
@@ -60,8 +59,7 @@ struct sdalloc_pool {
                sdalloc::PlannedArenaOptions options)
       : resources(std::move(stack)), events(std::move(stream_events)) {
     options.fallback.stream_events = events.get();
-    pool = std::make_unique<sdalloc::PoolOf<sdalloc::PlannedArena>>(*resources.back(),
-                                                                                  options);
+    pool = std::make_unique<sdalloc::PoolOf<sdalloc::PlannedArena>>(*resources.back(), options);
   }
   // A VirtualMemoryPool over `memory`.
   sdalloc_pool(std::unique_ptr<sdalloc::VirtualMemory> memory,
@@ -69,8 +67,7 @@ struct sdalloc_pool {
                sdalloc::VirtualMemoryPoolOptions options)
       : virtual_memory(std::move(memory)), events(std::move(stream_events)) {
     options.stream_events = events.get();
-    pool = std::make_unique<sdalloc::PoolOf<sdalloc::VirtualMemoryPool>>(
-        *virtual_memory, options);
+    pool = std::make_unique<sdalloc::PoolOf<sdalloc::VirtualMemoryPool>>(*virtual_memory, options);
   }
   sdalloc_pool(const sdalloc_pool&) = delete;
   sdalloc_pool& operator=(const sdalloc_pool&) = delete;

@@ -17,18 +17,17 @@ cudaStream_t native(Stream stream) { return stream.as_native<CUstream_st>(); }
 }  // namespace
 
 CudaAsyncResource::CudaAsyncResource(int device, CudaAsyncResourceOptions options)
-    : device_(device),
-      name_("cuda_async(" + std::to_string(device) + ")"),
-      options_(options) {
+    : device_(device), name_("cuda_async(" + std::to_string(device) + ")"), options_(options) {
   const std::string& who = name_;
   detail::require_device(device, who);
   capacity_ = detail::device_memory(device, who);
   int supported = 0;
-  detail::check(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device),
-                who, "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)");
+  detail::check(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device), who,
+                "cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported)");
   if (supported == 0) {
-    throw CudaError(who + ": the device does not support stream-ordered memory pools "
-                          "(cudaDevAttrMemoryPoolsSupported is 0)",
+    throw CudaError(who +
+                        ": the device does not support stream-ordered memory pools "
+                        "(cudaDevAttrMemoryPoolsSupported is 0)",
                     "cudaDeviceGetAttribute", static_cast<int>(cudaErrorNotSupported));
   }
 
@@ -42,8 +41,8 @@ CudaAsyncResource::CudaAsyncResource(int device, CudaAsyncResourceOptions option
   pool_ = pool;
   try {
     std::uint64_t threshold = options.release_threshold;
-    detail::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
-                  who, "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
+    detail::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), who,
+                  "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
     if (options.initial_pool_size > 0) {
       // Allocate and free once on the legacy stream, then wait: the freed memory stays in
       // the pool (up to the release threshold) and later requests are served from it.
@@ -72,10 +71,9 @@ void* CudaAsyncResource::do_allocate(std::size_t bytes, Stream stream) {
   if (bytes == 0) return nullptr;
   const detail::DeviceGuard guard(device_, name_);
   void* ptr = nullptr;
-  detail::check_allocation(cudaMallocFromPoolAsync(&ptr, bytes,
-                                                   static_cast<cudaMemPool_t>(pool_),
-                                                   native(stream)),
-                           name_, "cudaMallocFromPoolAsync", bytes, capacity_);
+  detail::check_allocation(
+      cudaMallocFromPoolAsync(&ptr, bytes, static_cast<cudaMemPool_t>(pool_), native(stream)),
+      name_, "cudaMallocFromPoolAsync", bytes, capacity_);
   return ptr;
 }
 

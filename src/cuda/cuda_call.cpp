@@ -1,8 +1,8 @@
 // cuda_call.cpp - CUDA error reports, device checks and the device guard.
 #include "cuda_call.hpp"
 
-#include "sdalloc/cuda/cuda_error.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/cuda/cuda_error.hpp"
 
 namespace sdalloc::cuda::detail {
 
@@ -27,8 +27,8 @@ void throw_error(const std::string& who, const char* call, cudaError_t rc) {
   throw CudaError(who + ": " + call + " failed: " + describe(rc), call, static_cast<int>(rc));
 }
 
-void check_allocation(cudaError_t rc, const std::string& who, const char* call,
-                      std::size_t bytes, std::size_t capacity) {
+void check_allocation(cudaError_t rc, const std::string& who, const char* call, std::size_t bytes,
+                      std::size_t capacity) {
   if (rc == cudaSuccess) return;
   if (rc == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();

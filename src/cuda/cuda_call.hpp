@@ -28,8 +28,8 @@ inline void check(cudaError_t rc, const std::string& who, const char* call) {
 
 // Throws OutOfMemory for cudaErrorMemoryAllocation (after clearing it), CudaError for any
 // other failure.
-void check_allocation(cudaError_t rc, const std::string& who, const char* call,
-                      std::size_t bytes, std::size_t capacity);
+void check_allocation(cudaError_t rc, const std::string& who, const char* call, std::size_t bytes,
+                      std::size_t capacity);
 
 // True for the errors a free may meet while the process exits (the runtime has already
 // been torn down): nothing can be freed then and nothing needs to be.

@@ -37,8 +37,9 @@ class CudaEventBackend final : public EventBackend {
                   "cudaEventRecord");
   }
 
-  bool query(Handle event) override { return answer(cudaEventQuery(native(event)),
-                                                    "cudaEventQuery"); }
+  bool query(Handle event) override {
+    return answer(cudaEventQuery(native(event)), "cudaEventQuery");
+  }
 
   void synchronize(Handle event) override {
     detail::check(cudaEventSynchronize(native(event)), who_, "cudaEventSynchronize");

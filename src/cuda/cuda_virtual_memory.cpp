@@ -11,8 +11,8 @@
 #include "cuda_call.hpp"
 #include "driver_api.hpp"
 #include "driver_virtual_memory.hpp"
-#include "sdalloc/cuda/cuda_error.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/cuda/cuda_error.hpp"
 
 namespace sdalloc::cuda {
 
@@ -21,8 +21,7 @@ namespace {
 std::string vm_name(int device) { return "cuda-vm(device " + std::to_string(device) + ")"; }
 
 // The device first, then each peer once; throws InvalidArgument for a bad peer.
-std::vector<int> access_devices(int device, const std::vector<int>& peers,
-                                const std::string& who) {
+std::vector<int> access_devices(int device, const std::vector<int>& peers, const std::string& who) {
   std::vector<int> devices{device};
   for (int peer : peers) {
     if (peer == device) {
@@ -58,8 +57,9 @@ CudaVirtualMemory::CudaVirtualMemory(int device, CudaVirtualMemoryOptions option
   const auto attribute =
       static_cast<cudaDeviceAttr>(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED);
   if (cudaDeviceGetAttribute(&supported, attribute, device) == cudaSuccess && supported == 0) {
-    throw CudaError(who + ": the device does not support virtual memory management "
-                          "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)",
+    throw CudaError(who +
+                        ": the device does not support virtual memory management "
+                        "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)",
                     "cudaDeviceGetAttribute", static_cast<int>(cudaErrorNotSupported));
   }
   (void)cudaGetLastError();

@@ -3,10 +3,10 @@
 
 #include <utility>
 
+#include "sdalloc/core/errors.hpp"
 #include "sdalloc/cuda/cuda_async_resource.hpp"
 #include "sdalloc/cuda/cuda_resource.hpp"
 #include "sdalloc/cuda/pinned_host_resource.hpp"
-#include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::cuda {
 

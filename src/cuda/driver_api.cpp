@@ -39,7 +39,7 @@ void look_up(const char* symbol, Function*& slot, const std::string& who) {
 #if CUDART_VERSION >= 12000
   const bool status_found = status == cudaDriverEntryPointSuccess;
   const char* why = status == cudaDriverEntryPointVersionNotSufficent ? " (driver too old)"
-                                                                       : " (symbol not found)";
+                                                                      : " (symbol not found)";
 #else
   const char* why = " (symbol not found)";
 #endif

@@ -19,16 +19,15 @@ struct DriverApi {
   CUresult (*mem_create)(CUmemGenericAllocationHandle* handle, size_t size,
                          const CUmemAllocationProp* prop, unsigned long long flags) = nullptr;
   CUresult (*mem_release)(CUmemGenericAllocationHandle handle) = nullptr;
-  CUresult (*mem_address_reserve)(CUdeviceptr* ptr, size_t size, size_t alignment,
-                                  CUdeviceptr addr, unsigned long long flags) = nullptr;
+  CUresult (*mem_address_reserve)(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                  unsigned long long flags) = nullptr;
   CUresult (*mem_address_free)(CUdeviceptr ptr, size_t size) = nullptr;
   CUresult (*mem_map)(CUdeviceptr ptr, size_t size, size_t offset,
                       CUmemGenericAllocationHandle handle, unsigned long long flags) = nullptr;
   CUresult (*mem_unmap)(CUdeviceptr ptr, size_t size) = nullptr;
   CUresult (*mem_set_access)(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
                              size_t count) = nullptr;
-  CUresult (*mem_get_allocation_granularity)(size_t* granularity,
-                                             const CUmemAllocationProp* prop,
+  CUresult (*mem_get_allocation_granularity)(size_t* granularity, const CUmemAllocationProp* prop,
                                              CUmemAllocationGranularity_flags option) = nullptr;
   CUresult (*get_error_name)(CUresult error, const char** text) = nullptr;
   CUresult (*get_error_string)(CUresult error, const char** text) = nullptr;

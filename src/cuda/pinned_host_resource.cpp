@@ -33,8 +33,7 @@ void* PinnedHostResource::do_allocate(std::size_t bytes, Stream /*stream*/) {
   if (options_.mapped) flags |= cudaHostAllocMapped;
   if (options_.write_combined) flags |= cudaHostAllocWriteCombined;
   void* ptr = nullptr;
-  detail::check_allocation(cudaHostAlloc(&ptr, bytes, flags), name(), "cudaHostAlloc", bytes,
-                           0);
+  detail::check_allocation(cudaHostAlloc(&ptr, bytes, flags), name(), "cudaHostAlloc", bytes, 0);
   return ptr;
 }
 
@@ -76,8 +75,7 @@ PinnedHostRegistration::PinnedHostRegistration(void* ptr, std::size_t bytes, Opt
 PinnedHostRegistration::PinnedHostRegistration(PinnedHostRegistration&& other) noexcept
     : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
 
-PinnedHostRegistration& PinnedHostRegistration::operator=(
-    PinnedHostRegistration&& other) noexcept {
+PinnedHostRegistration& PinnedHostRegistration::operator=(PinnedHostRegistration&& other) noexcept {
   if (this != &other) {
     unregister();
     ptr_ = std::exchange(other.ptr_, nullptr);

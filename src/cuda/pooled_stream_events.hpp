@@ -17,8 +17,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "sdalloc/cuda/cuda_stream_events.hpp"
 #include "sdalloc/core/stream_events.hpp"
+#include "sdalloc/cuda/cuda_stream_events.hpp"
 
 namespace sdalloc::cuda {
 
@@ -27,12 +27,12 @@ class EventBackend {
  public:
   using Handle = StreamEvents::Event;
   virtual ~EventBackend() = default;
-  virtual Handle create() = 0;                       // a new event, no timing
-  virtual void destroy(Handle event) noexcept = 0;   // at the end only
+  virtual Handle create() = 0;                      // a new event, no timing
+  virtual void destroy(Handle event) noexcept = 0;  // at the end only
   virtual void record(Handle event, Stream stream) = 0;
-  virtual bool query(Handle event) = 0;              // completed? never blocks
-  virtual void synchronize(Handle event) = 0;        // waits until completed
-  virtual bool stream_idle(Stream stream) = 0;       // all queued work done? never blocks
+  virtual bool query(Handle event) = 0;         // completed? never blocks
+  virtual void synchronize(Handle event) = 0;   // waits until completed
+  virtual bool stream_idle(Stream stream) = 0;  // all queued work done? never blocks
 };
 
 class PooledStreamEvents final : public StreamEvents {
@@ -58,8 +58,8 @@ class PooledStreamEvents final : public StreamEvents {
 
   std::unique_ptr<EventBackend> backend_;
   mutable std::mutex mutex_;
-  std::vector<Event> free_;              // recorded before, released, ready for reuse
-  std::unordered_set<Event> in_use_;     // handed out by record(), not yet released
+  std::vector<Event> free_;           // recorded before, released, ready for reuse
+  std::unordered_set<Event> in_use_;  // handed out by record(), not yet released
   std::size_t created_ = 0;
 };
 

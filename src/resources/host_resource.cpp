@@ -14,12 +14,11 @@
 #include <limits>
 #include <string>
 
-#include "sdalloc/core/errors.hpp"
 #include "core/bits.hpp"
+#include "sdalloc/core/errors.hpp"
 
 namespace sdalloc {
 namespace {
-
 
 [[noreturn]] void throw_out_of_memory(const std::string& where, std::size_t bytes,
                                       const std::string& what, int error) {

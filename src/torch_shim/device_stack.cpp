@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/policies/virtual_memory_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/host_virtual_memory.hpp"
-#include "sdalloc/policies/virtual_memory_pool.hpp"
 
 #if SDALLOC_TORCH_WITH_CUDA
 #include "sdalloc/cuda/cuda_async_resource.hpp"

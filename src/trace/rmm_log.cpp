@@ -12,10 +12,10 @@
 #include <unordered_map>
 #include <utility>
 
+#include "sdalloc/trace/trace_text.hpp"
 #include "trace/decimal_field.hpp"
 #include "trace/quoted.hpp"
 #include "trace/text_lines.hpp"
-#include "sdalloc/trace/trace_text.hpp"
 
 namespace sdalloc {
 namespace {
@@ -104,7 +104,8 @@ class RmmLogParser {
   }
 
   void allocate(std::uint64_t pointer, std::uint64_t size, std::uint64_t stream) {
-    const auto [it, inserted] = live_.try_emplace(pointer, LiveAllocation{next_id_, size, lines_.number()});
+    const auto [it, inserted] =
+        live_.try_emplace(pointer, LiveAllocation{next_id_, size, lines_.number()});
     if (!inserted) {
       fail("allocate at pointer " + hex(pointer) + ", which is still live (allocated on line " +
            std::to_string(it->second.line) + " and not freed)");

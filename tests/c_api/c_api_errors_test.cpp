@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/sdalloc.h"
 
@@ -136,8 +136,7 @@ TEST(CApiErrors, ConfigStructSizesFromTheFirstVersionToTheCurrentAreAccepted) {
   sdalloc_pool_config_init(&config);
   // The first version ends with consolidate_when_empty; anything from there up to
   // sizeof (padding included) is a size some caller may legitimately have compiled.
-  const std::size_t first =
-      offsetof(sdalloc_pool_config_t, consolidate_when_empty) + sizeof(bool);
+  const std::size_t first = offsetof(sdalloc_pool_config_t, consolidate_when_empty) + sizeof(bool);
   for (std::size_t size : {first, sizeof config}) {
     config.struct_size = size;
     sdalloc_pool_t* pool = nullptr;

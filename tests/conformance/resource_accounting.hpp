@@ -21,10 +21,10 @@
 
 #include "conformance/reference_model.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
-#include "sdalloc/trace/event_trace.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 #include "sdalloc/resources/trace_resource.hpp"
+#include "sdalloc/trace/event_trace.hpp"
 
 namespace sdalloc::conformance {
 

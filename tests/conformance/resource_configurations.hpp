@@ -24,13 +24,13 @@
 #include "conformance/reference_model.hpp"
 #include "conformance/resource_accounting.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/policies/planned_arena.hpp"
+#include "sdalloc/policies/virtual_memory_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/host_virtual_memory.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
-#include "sdalloc/policies/planned_arena.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 #include "sdalloc/resources/trace_resource.hpp"
-#include "sdalloc/policies/virtual_memory_pool.hpp"
 
 namespace sdalloc::conformance {
 
@@ -310,9 +310,7 @@ struct CappedVirtualMemoryOptions {
 // Every freed page is unmapped at once and every reuse maps again: the map paths all the time.
 struct EagerUnmapVirtualMemoryOptions {
   static constexpr const char* kName = "VirtualMemoryPoolEagerUnmap";
-  static constexpr VirtualMemoryPoolOptions make() {
-    return {.eager_unmap = true};
-  }
+  static constexpr VirtualMemoryPoolOptions make() { return {.eager_unmap = true}; }
 };
 
 using VirtualMemoryPoolConfig = VirtualMemoryPoolOverHostConfig<DefaultVirtualMemoryOptions>;

@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "cuda_device_check.hpp"
+#include "sdalloc/core/errors.hpp"
 #include "sdalloc/cuda/cuda_async_resource.hpp"
 #include "sdalloc/cuda/cuda_error.hpp"
 #include "sdalloc/cuda/cuda_resource.hpp"
 #include "sdalloc/cuda/device_resource.hpp"
 #include "sdalloc/cuda/pinned_host_resource.hpp"
-#include "sdalloc/core/errors.hpp"
 #include "stream_gate.hpp"
 #include "support/test_support.hpp"
 
@@ -34,14 +34,13 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 // Copies [ptr, ptr + bytes) back to the host and checks that every byte is `value`.
 ::testing::AssertionResult reads_as(const void* ptr, std::size_t bytes, unsigned char value) {
   std::vector<unsigned char> back(bytes);
-  if (cudaError_t rc = cudaMemcpy(back.data(), ptr, bytes, cudaMemcpyDefault);
-      rc != cudaSuccess) {
+  if (cudaError_t rc = cudaMemcpy(back.data(), ptr, bytes, cudaMemcpyDefault); rc != cudaSuccess) {
     return ::testing::AssertionFailure() << "cudaMemcpy from the memory: " << cudaGetErrorName(rc);
   }
   for (std::size_t i = 0; i < bytes; ++i) {
     if (back[i] != value) {
-      return ::testing::AssertionFailure() << "byte " << i << " is " << int(back[i]) << ", not "
-                                           << int(value);
+      return ::testing::AssertionFailure()
+             << "byte " << i << " is " << int(back[i]) << ", not " << int(value);
     }
   }
   return ::testing::AssertionSuccess();
@@ -61,14 +60,10 @@ struct CudaConfig {
   static std::unique_ptr<MemoryResource> make() { return std::make_unique<CudaResource>(0); }
 };
 struct CudaAsyncConfig {
-  static std::unique_ptr<MemoryResource> make() {
-    return std::make_unique<CudaAsyncResource>(0);
-  }
+  static std::unique_ptr<MemoryResource> make() { return std::make_unique<CudaAsyncResource>(0); }
 };
 struct PinnedHostConfig {
-  static std::unique_ptr<MemoryResource> make() {
-    return std::make_unique<PinnedHostResource>();
-  }
+  static std::unique_ptr<MemoryResource> make() { return std::make_unique<PinnedHostResource>(); }
 };
 
 template <typename Config>
@@ -92,8 +87,8 @@ TYPED_TEST_SUITE(CudaResourceConformance, Configs);
 TYPED_TEST(CudaResourceConformance, ResultsAreAlignedUsableAndDisjoint) {
   MemoryResource& r = *this->resource_;
   std::vector<std::pair<void*, std::size_t>> held;
-  for (std::size_t bytes : {std::size_t{1}, std::size_t{255}, std::size_t{4096}, kMiB + 3,
-                            8 * kMiB}) {
+  for (std::size_t bytes :
+       {std::size_t{1}, std::size_t{255}, std::size_t{4096}, kMiB + 3, 8 * kMiB}) {
     void* p = r.allocate(bytes);
     ASSERT_NE(p, nullptr);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % kMinAlignment, 0u);

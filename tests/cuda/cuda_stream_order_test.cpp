@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "cuda_device_check.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/cuda/cuda_resource.hpp"
 #include "sdalloc/cuda/cuda_stream_events.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
 #include "stream_gate.hpp"
 
 namespace sdalloc::cuda {

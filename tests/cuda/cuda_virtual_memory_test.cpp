@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "cuda_device_check.hpp"
-#include "sdalloc/cuda/cuda_virtual_memory.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/cuda/cuda_virtual_memory.hpp"
 #include "stream_gate.hpp"
 
 namespace sdalloc::cuda {

@@ -16,8 +16,8 @@
 
 #include "driver_virtual_memory.hpp"
 #include "fake_driver.hpp"
-#include "sdalloc/cuda/cuda_error.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/cuda/cuda_error.hpp"
 #include "support/test_support.hpp"
 
 namespace sdalloc::cuda {
@@ -120,8 +120,9 @@ TEST_F(DriverVirtualMemoryTest, MapRollsBackWhenAccessCannotBeGiven) {
   } catch (const CudaError& e) {
     EXPECT_EQ(e.call, "cuMemSetAccess");
     EXPECT_EQ(e.code, CUDA_ERROR_INVALID_VALUE);
-    EXPECT_TRUE(Contains(e.what(), "cuda-vm(device 0): cuMemSetAccess failed: "
-                                   "CUDA_ERROR_INVALID_VALUE (simulated failure)"));
+    EXPECT_TRUE(Contains(e.what(),
+                         "cuda-vm(device 0): cuMemSetAccess failed: "
+                         "CUDA_ERROR_INVALID_VALUE (simulated failure)"));
     EXPECT_TRUE(Contains(e.what(), "was removed again"));
   }
   EXPECT_EQ(driver_.log, (std::vector<std::string>{"cuMemMap", "cuMemSetAccess", "cuMemUnmap"}));

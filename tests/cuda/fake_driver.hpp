@@ -49,11 +49,11 @@ class FakeDriver {
   // The next call of `function` ("cuMemMap", "sync_device", ...) fails with `rc`.
   void fail_next(const std::string& function, int rc) { failures_[function] = rc; }
 
-  std::vector<std::string> log;                          // every call, in order
-  std::map<CUdeviceptr, std::size_t> ranges;             // reserved
+  std::vector<std::string> log;               // every call, in order
+  std::map<CUdeviceptr, std::size_t> ranges;  // reserved
   std::map<CUmemGenericAllocationHandle, std::size_t> chunks;
   std::map<CUdeviceptr, std::size_t> mappings;
-  std::map<CUdeviceptr, std::vector<int>> access;        // devices given access per mapping
+  std::map<CUdeviceptr, std::vector<int>> access;  // devices given access per mapping
 
  private:
   static FakeDriver*& active() {
@@ -134,7 +134,7 @@ class FakeDriver {
     return CUDA_SUCCESS;
   }
   static CUresult error_name(CUresult error, const char** text) {
-    *text = error == CUDA_ERROR_OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY"
+    *text = error == CUDA_ERROR_OUT_OF_MEMORY   ? "CUDA_ERROR_OUT_OF_MEMORY"
             : error == CUDA_ERROR_INVALID_VALUE ? "CUDA_ERROR_INVALID_VALUE"
                                                 : "CUDA_ERROR_FAKE";
     return CUDA_SUCCESS;

@@ -79,8 +79,7 @@ TEST(CudaWithoutDevice, EveryConstructorThrowsCudaError) {
     expect_no_device_error(std::string(to_string(kind)),
                            [&] { (void)make_device_resource(kind, 0); });
   }
-  expect_no_device_error("make_device_virtual_memory",
-                         [] { (void)make_device_virtual_memory(0); });
+  expect_no_device_error("make_device_virtual_memory", [] { (void)make_device_virtual_memory(0); });
 }
 
 TEST(CudaWithoutDevice, ErrorNamesTheObject) {

@@ -13,8 +13,8 @@
 
 #include "fake_event_backend.hpp"
 #include "pooled_stream_events.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 
 namespace sdalloc::cuda {
@@ -175,7 +175,7 @@ TEST_F(PoolWithPooledEvents, CrossStreamFreeWaitsForTheOtherStreamsWork) {
   constexpr std::size_t kSize = 64 * kKiB;
 
   void* block = pool.allocate(kSize, kComputeStream);
-  fake_.launch(kCopyStream);               // the copy stream still reads the block...
+  fake_.launch(kCopyStream);                   // the copy stream still reads the block...
   pool.deallocate(block, kSize, kCopyStream);  // ...when it is freed there
   EXPECT_EQ(pool.stats().pending_free_bytes, 64 * kKiB);
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/trace/event_trace.hpp"
 #include "sdalloc/planner/planner.hpp"
+#include "sdalloc/trace/event_trace.hpp"
 
 namespace sdalloc {
 namespace {

@@ -68,9 +68,7 @@ void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::f
 void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  std::free(p);
-}
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace sdalloc {
 namespace {
@@ -284,7 +282,7 @@ TEST_F(CachingPoolTest, OutOfMemoryReleasesTheCacheAndRetries) {
   CachingPool pool(card, options);
   void* a = pool.allocate(2 * MiB);
   void* b = pool.allocate(10 * MiB);
-  pool.free(b);  // 10 MiB cached, 12 MiB reserved
+  pool.free(b);                       // 10 MiB cached, 12 MiB reserved
   void* c = pool.allocate(12 * MiB);  // needs the cache back
   EXPECT_EQ(pool.stats().oom_retries, 1u);
   EXPECT_EQ(pool.stats().ooms, 0u);

@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "conformance/controlled_stream_events.hpp"
-#include "support/layout_checks.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/core/pool_layout.hpp"
+#include "sdalloc/policies/planned_arena.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
-#include "sdalloc/policies/planned_arena.hpp"
-#include "sdalloc/core/pool_layout.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
+#include "support/layout_checks.hpp"
 
 namespace sdalloc {
 namespace {

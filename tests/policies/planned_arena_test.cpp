@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/trace/event_trace.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
+#include "sdalloc/trace/event_trace.hpp"
 
 namespace sdalloc {
 namespace {

@@ -9,12 +9,12 @@
 #include <thread>
 #include <vector>
 
-#include "support/layout_checks.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
-#include "sdalloc/trace/event_trace.hpp"
-#include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/core/pool_layout.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/sdalloc.h"
+#include "sdalloc/trace/event_trace.hpp"
+#include "support/layout_checks.hpp"
 #include "support/test_support.hpp"
 
 namespace sdalloc {

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "conformance/controlled_stream_events.hpp"
-#include "support/failing_virtual_memory.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/resources/host_virtual_memory.hpp"
+#include "support/failing_virtual_memory.hpp"
 #include "support/test_support.hpp"
 
 namespace sdalloc {

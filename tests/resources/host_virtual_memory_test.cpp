@@ -101,28 +101,41 @@ TEST(HostVirtualMemory, MisuseIsRejectedBeforeAnySystemCall) {
       EXPECT_TRUE(Contains(e.what(), part));
     }
   };
-  expect_invalid("zero-size reserve", [&] { (void)memory.reserve(0); }, "multiple of 4096");
-  expect_invalid("odd-size create", [&] { (void)memory.create(kPage + 1); }, "multiple of 4096");
-  expect_invalid("map over a mapping", [&] { memory.map(at(base, kPage), other); }, "overlaps");
-  expect_invalid("map of a mapped chunk", [&] { memory.map(at(base, kChunk), chunk); },
-                 "already mapped");
-  expect_invalid("map outside any range", [&] { memory.map(at(base, 4 * kChunk), other); },
-                 "inside a reserved range");
-  expect_invalid("map across the end of a range", [&] { memory.map(at(base, 3 * kChunk + kPage), other); },
-                 "inside a reserved range");
-  expect_invalid("unaligned map", [&] { memory.map(at(base, kChunk + 8), other); },
-                 "page-aligned");
-  expect_invalid("map of an unknown chunk", [&] { memory.map(at(base, kChunk), {12345, kChunk}); },
-                 "not a chunk created here");
-  expect_invalid("unmap of a part of a mapping", [&] { memory.unmap(base, kPage, Stream{}); },
-                 "not a mapping");
-  expect_invalid("unmap where nothing is mapped",
-                 [&] { memory.unmap(at(base, kChunk), kChunk, Stream{}); }, "not a mapping");
-  expect_invalid("destroy of a mapped chunk", [&] { memory.destroy(chunk); }, "while it is mapped");
-  expect_invalid("release with mappings", [&] { memory.release(base, 4 * kChunk); },
-                 "still mapped");
-  expect_invalid("release of a part of a range", [&] { memory.release(base, kChunk); },
-                 "not a range reserved here");
+  expect_invalid(
+      "zero-size reserve", [&] { (void)memory.reserve(0); }, "multiple of 4096");
+  expect_invalid(
+      "odd-size create", [&] { (void)memory.create(kPage + 1); }, "multiple of 4096");
+  expect_invalid(
+      "map over a mapping", [&] { memory.map(at(base, kPage), other); }, "overlaps");
+  expect_invalid(
+      "map of a mapped chunk", [&] { memory.map(at(base, kChunk), chunk); }, "already mapped");
+  expect_invalid(
+      "map outside any range", [&] { memory.map(at(base, 4 * kChunk), other); },
+      "inside a reserved range");
+  expect_invalid(
+      "map across the end of a range", [&] { memory.map(at(base, 3 * kChunk + kPage), other); },
+      "inside a reserved range");
+  expect_invalid(
+      "unaligned map", [&] { memory.map(at(base, kChunk + 8), other); }, "page-aligned");
+  expect_invalid(
+      "map of an unknown chunk",
+      [&] {
+        memory.map(at(base, kChunk), {12345, kChunk});
+      },
+      "not a chunk created here");
+  expect_invalid(
+      "unmap of a part of a mapping", [&] { memory.unmap(base, kPage, Stream{}); },
+      "not a mapping");
+  expect_invalid(
+      "unmap where nothing is mapped", [&] { memory.unmap(at(base, kChunk), kChunk, Stream{}); },
+      "not a mapping");
+  expect_invalid(
+      "destroy of a mapped chunk", [&] { memory.destroy(chunk); }, "while it is mapped");
+  expect_invalid(
+      "release with mappings", [&] { memory.release(base, 4 * kChunk); }, "still mapped");
+  expect_invalid(
+      "release of a part of a range", [&] { memory.release(base, kChunk); },
+      "not a range reserved here");
 
   // Nothing changed: the mapping still holds its bytes, and the figures are as before.
   for (std::size_t i = 0; i < kChunk; i += 256) ASSERT_EQ(*at(base, i), 7);

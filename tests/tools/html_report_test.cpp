@@ -1,6 +1,7 @@
-// Tests of the HTML report of `sdalloc replay` (tools/sdalloc/replay/html_report.hpp): its structure,
-// escaping, histogram, downsampling and the errors of writing it. That it renders in a real
-// browser is checked by render-report-in-chromium.py (ctest replay_report_renders_in_chromium).
+// Tests of the HTML report of `sdalloc replay` (tools/sdalloc/replay/html_report.hpp): its
+// structure, escaping, histogram, downsampling and the errors of writing it. That it renders in a
+// real browser is checked by render-report-in-chromium.py (ctest
+// replay_report_renders_in_chromium).
 #include "replay/html_report.hpp"
 
 #include <gtest/gtest.h>

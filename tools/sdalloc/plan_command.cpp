@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/trace/event_trace.hpp"
 #include "sdalloc/planner/planner.hpp"
+#include "sdalloc/trace/event_trace.hpp"
 #include "sdalloc/trace/trace_input.hpp"
 
 namespace sdalloc::tools {

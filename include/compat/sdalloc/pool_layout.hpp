@@ -1,5 +1,5 @@
-// Compatibility forwarder: this header moved to <sdalloc/core/pool_layout.hpp> (the layered layout of
-// docs/architecture.md). It is installed for one release so that existing
+// Compatibility forwarder: this header moved to <sdalloc/core/pool_layout.hpp> (the layered layout
+// of docs/architecture.md). It is installed for one release so that existing
 // `#include <sdalloc/pool_layout.hpp>` lines keep building; include the new path.
 #pragma once
 #include <sdalloc/core/pool_layout.hpp>  // IWYU pragma: export

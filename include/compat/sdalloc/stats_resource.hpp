@@ -1,5 +1,5 @@
-// Compatibility forwarder: this header moved to <sdalloc/resources/stats_resource.hpp> (the layered layout of
-// docs/architecture.md). It is installed for one release so that existing
+// Compatibility forwarder: this header moved to <sdalloc/resources/stats_resource.hpp> (the layered
+// layout of docs/architecture.md). It is installed for one release so that existing
 // `#include <sdalloc/stats_resource.hpp>` lines keep building; include the new path.
 #pragma once
 #include <sdalloc/resources/stats_resource.hpp>  // IWYU pragma: export

@@ -1,5 +1,5 @@
-// Compatibility forwarder: this header moved to <sdalloc/resources/trace_resource.hpp> (the layered layout of
-// docs/architecture.md). It is installed for one release so that existing
+// Compatibility forwarder: this header moved to <sdalloc/resources/trace_resource.hpp> (the layered
+// layout of docs/architecture.md). It is installed for one release so that existing
 // `#include <sdalloc/trace_resource.hpp>` lines keep building; include the new path.
 #pragma once
 #include <sdalloc/resources/trace_resource.hpp>  // IWYU pragma: export

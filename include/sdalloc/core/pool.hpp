@@ -49,19 +49,19 @@ inline constexpr std::size_t kPoolMaxAllocation = std::size_t{1} << 48;
 
 template <typename P>
 concept Pool = std::derived_from<P, MemoryResource> &&
-               requires(P& pool, const P& const_pool, void* ptr, const void* const_ptr,
-                        std::size_t bytes, Stream stream) {
-                 { P::kRounding } -> std::convertible_to<std::size_t>;
-                 { P::kMaxAlignment } -> std::convertible_to<std::size_t>;
-                 { P::kMaxAllocation } -> std::convertible_to<std::size_t>;
-                 { pool.allocate(bytes, bytes, stream) } -> std::same_as<void*>;
-                 { pool.free(ptr, stream) } -> std::same_as<void>;
-                 { pool.record_stream(ptr, stream) } -> std::same_as<void>;
-                 { const_pool.allocation_size(const_ptr) } -> std::same_as<std::size_t>;
-                 { pool.trim() } -> std::same_as<std::size_t>;
-                 { const_pool.stats() } -> std::same_as<PoolStats>;
-                 { pool.reset_peak() } -> std::same_as<void>;
-                 { const_pool.check_invariants() } -> std::same_as<void>;
-               };
+    requires(P& pool, const P& const_pool, void* ptr, const void* const_ptr, std::size_t bytes,
+             Stream stream) {
+  { P::kRounding } -> std::convertible_to<std::size_t>;
+  { P::kMaxAlignment } -> std::convertible_to<std::size_t>;
+  { P::kMaxAllocation } -> std::convertible_to<std::size_t>;
+  { pool.allocate(bytes, bytes, stream) } -> std::same_as<void*>;
+  { pool.free(ptr, stream) } -> std::same_as<void>;
+  { pool.record_stream(ptr, stream) } -> std::same_as<void>;
+  { const_pool.allocation_size(const_ptr) } -> std::same_as<std::size_t>;
+  { pool.trim() } -> std::same_as<std::size_t>;
+  { const_pool.stats() } -> std::same_as<PoolStats>;
+  { pool.reset_peak() } -> std::same_as<void>;
+  { const_pool.check_invariants() } -> std::same_as<void>;
+};
 
 }  // namespace sdalloc

@@ -23,11 +23,11 @@
 #include <string>
 #include <string_view>
 
-#include "sdalloc/policies/caching_pool.hpp"
-#include "sdalloc/cuda/cuda_stream_events.hpp"
-#include "sdalloc/cuda/cuda_virtual_memory.hpp"
 #include "sdalloc/core/resource.hpp"
 #include "sdalloc/core/virtual_memory.hpp"
+#include "sdalloc/cuda/cuda_stream_events.hpp"
+#include "sdalloc/cuda/cuda_virtual_memory.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
 
 namespace sdalloc::cuda {
 

@@ -53,9 +53,9 @@ class PinnedHostResource final : public MemoryResource {
 class PinnedHostRegistration {
  public:
   struct Options {
-    bool portable = true;   // cudaHostRegisterPortable
-    bool mapped = false;    // cudaHostRegisterMapped
-    bool read_only = false; // cudaHostRegisterReadOnly: the device only reads it
+    bool portable = true;    // cudaHostRegisterPortable
+    bool mapped = false;     // cudaHostRegisterMapped
+    bool read_only = false;  // cudaHostRegisterReadOnly: the device only reads it
   };
 
   PinnedHostRegistration(void* ptr, std::size_t bytes);

@@ -78,7 +78,9 @@ class PoolOf final : public AnyPool {
   void check_invariants() const override { pool_.check_invariants(); }
   std::string name() const override { return pool_.name(); }
 
-  bool has_layout() const override { return requires(const P& p) { p.layout(); }; }
+  bool has_layout() const override {
+    return requires(const P& p) { p.layout(); };
+  }
   PoolLayout layout() const override {
     if constexpr (requires(const P& p) { p.layout(); }) {
       return pool_.layout();

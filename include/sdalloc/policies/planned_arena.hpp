@@ -1,4 +1,5 @@
-// sdalloc/policies/planned_arena.hpp - an allocator that replays a planned iteration from one arena.
+// sdalloc/policies/planned_arena.hpp - an allocator that replays a planned iteration from one
+// arena.
 //
 // Inference loops (the UNet steps of a diffusion sampler) make the same allocations in the
 // same order every iteration. PlannedArena records that order once, plans every buffer an
@@ -84,12 +85,12 @@
 #include <memory>
 #include <string>
 
-#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/core/pool.hpp"
 #include "sdalloc/core/pool_layout.hpp"
 #include "sdalloc/core/pool_stats.hpp"
 #include "sdalloc/core/resource.hpp"
 #include "sdalloc/core/stream.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
 
 namespace sdalloc {
 

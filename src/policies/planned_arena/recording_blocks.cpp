@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <string>
 #include <iterator>
 #include <new>
+#include <string>
 
 #include "core/bits.hpp"
 #include "sdalloc/core/errors.hpp"

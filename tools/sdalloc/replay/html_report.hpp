@@ -1,4 +1,5 @@
-// tools/sdalloc/replay/html_report.hpp - `sdalloc replay --report`: one run as a self-contained HTML page.
+// tools/sdalloc/replay/html_report.hpp - `sdalloc replay --report`: one run as a self-contained
+// HTML page.
 //
 // The page holds, in this order: a title with the trace and the run's settings (events,
 // passes, --touch); the results table (one row per allocator; an allocator that did not run

@@ -7,12 +7,12 @@
 
 #include "replay/replay_target.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/policies/planned_arena.hpp"
+#include "sdalloc/policies/virtual_memory_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/host_virtual_memory.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
-#include "sdalloc/policies/planned_arena.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
-#include "sdalloc/policies/virtual_memory_pool.hpp"
 
 namespace sdalloc::replay {
 namespace {

@@ -1,4 +1,5 @@
-// tools/sdalloc/replay/replay_driver.hpp - `sdalloc replay`'s measurements, without the command line.
+// tools/sdalloc/replay/replay_driver.hpp - `sdalloc replay`'s measurements, without the command
+// line.
 //
 // run_replay() replays one trace through each requested allocator - sdalloc's in this
 // process (replay_target.hpp), the system ones in child processes (system_allocators.hpp) -
