@@ -75,7 +75,11 @@ std::string values_text(const OptionSpec& spec, bool markdown) {
       std::string list;
       for (const EnumName& name : spec.names) {
         if (!list.empty()) list += markdown ? ", " : " | ";
-        list += markdown ? "`" + std::string(name.name) + "`" : std::string(name.name);
+        if (markdown) {
+          list.append("`").append(name.name).append("`");
+        } else {
+          list.append(name.name);
+        }
       }
       return list;
     }
@@ -84,7 +88,7 @@ std::string values_text(const OptionSpec& spec, bool markdown) {
 }
 
 // A table cell holds no '|' and no line break.
-std::string cell(std::string text) {
+std::string cell(const std::string& text) {
   std::string escaped;
   for (const char c : text) {
     if (c == '|') {
@@ -143,7 +147,7 @@ std::string format_value(const OptionSpec& spec, const OptionValue& value) {
         if (name.value == std::get<int>(value)) return std::string(name.name);
       }
       // A struct holding an enumerator this front end does not offer: say so, unparseably.
-      return "<" + std::to_string(std::get<int>(value)) + ">";
+      return std::string("<").append(std::to_string(std::get<int>(value))).append(">");
     case OptionType::kText:
       return std::get<std::string>(value);
   }
@@ -235,7 +239,7 @@ std::string markdown_table(std::span<const DocRow> rows) {
     for (const EnumName& name : row.spec->names) {
       if (name.help.empty()) continue;
       meaning += meaning.empty() ? "" : " ";
-      meaning += "`" + std::string(name.name) + "`: " + std::string(name.help) + ".";
+      meaning.append("`").append(name.name).append("`: ").append(name.help).append(".");
     }
     table += "| `" + std::string(row.spec->key) + "` | " + cell(values_text(*row.spec, true)) +
              " | " + cell(meaning) + " | " +

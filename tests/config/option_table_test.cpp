@@ -263,9 +263,10 @@ TEST(OptionTableDocs, MarkdownHasOneLinePerKeyWithTypeHelpAndDefault) {
 }
 
 TEST(OptionTableDocs, HelpListsEveryKeyWithItsDefault) {
-  const std::string help = "\n" + table().help();  // every key starts a line
+  const std::string help = std::string("\n").append(table().help());  // a key starts a line
   for (const auto& row : table().rows()) {
-    EXPECT_TRUE(Contains(help, "\n" + std::string(row.spec.key) + ": ")) << row.spec.key;
+    EXPECT_TRUE(Contains(help, std::string("\n").append(row.spec.key).append(": ")))
+        << row.spec.key;
   }
   EXPECT_TRUE(Contains(help,
                        "\nthreshold: size (B, KiB, MiB, GiB, TiB); default 64KiB\n"

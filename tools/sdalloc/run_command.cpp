@@ -37,7 +37,11 @@ void RunCommand::add_to(CLI::App& app) {
             if (split_list(list).empty()) return "no allocator named";
             for (const std::string& name : split_list(list)) {
               if (run::find_run_allocator(name) == nullptr) {
-                return "unknown allocator '" + name + "' (known: " + names + ")";
+                return std::string("unknown allocator '")
+                    .append(name)
+                    .append("' (known: ")
+                    .append(names)
+                    .append(")");
               }
             }
             return {};
