@@ -6,8 +6,11 @@
 // a device's first allocation and never destroyed (see the header: PyTorch may free tensors
 // after this library's static destructors would have run).
 //
-// No exception leaves this file: every entry point either goes through the C API (which
-// turns exceptions into statuses) or runs its own body in shim_guarded(). Messages go to a
+// No exception leaves this file but one: sdalloc_torch_malloc_raising throws AllocationError
+// (a std::bad_alloc) for a failed allocation, because PyTorch's CUDAPluggableAllocator wraps
+// whatever its allocation function returns in a DataPtr without a null check. Every other
+// entry point either goes through the C API (which turns exceptions into statuses) or runs
+// its own body in shim_guarded(). Messages go to a
 // per-thread buffer for sdalloc_torch_last_error(); the pointer-returning and void hooks
 // that PyTorch calls also print their first failures to stderr, since PyTorch shows nothing.
 #include "sdalloc/torch_shim.h"
@@ -23,6 +26,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "device_stack.hpp"
 #include "sdalloc/core/errors.hpp"
@@ -168,11 +172,41 @@ void* sdalloc_torch_malloc(std::size_t size, int device, cudaStream_t stream) no
   void* ptr = nullptr;
   const sdalloc_status_t status = sdalloc_malloc(pool, size, stream, &ptr);
   if (status != SDALLOC_SUCCESS) {
-    // Out of memory is PyTorch's to report (it raises OutOfMemoryError); no stderr line.
+    // Out of memory is the caller's to report, no stderr line: in a torch.cuda.MemPool,
+    // PyTorch's caching allocator checks for nullptr and raises OutOfMemoryError; the full
+    // replacement uses sdalloc_torch_malloc_raising, which throws.
     status_from_error(__func__, sdalloc_last_error(), status);
     return nullptr;
   }
   return ptr;
+}
+
+namespace {
+
+// What sdalloc_torch_malloc_raising throws: derived from std::bad_alloc (as RMM's torch
+// allocator does), so PyTorch's handlers (catch std::exception) turn it into a Python
+// RuntimeError carrying what(). Its type_info is this library's own, but a catch of a base
+// class goes through libstdc++'s std::bad_alloc, which every library shares.
+class AllocationError final : public std::bad_alloc {
+ public:
+  explicit AllocationError(std::string message) : message_(std::move(message)) {}
+  [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
+}  // namespace
+
+void* sdalloc_torch_malloc_raising(std::size_t size, int device, cudaStream_t stream) {
+  void* ptr = sdalloc_torch_malloc(size, device, stream);
+  if (ptr != nullptr || size == 0) return ptr;
+  // "out of memory" leads for OOM, as in PyTorch's own message, so code that matches on it
+  // (retry with a smaller batch) keeps working; the C API's message carries the figures.
+  const bool oom = std::strstr(t_last_error, "out of memory") != nullptr;
+  throw AllocationError(std::string(oom ? "CUDA out of memory (sdalloc): " : "sdalloc: ") +
+                        "cannot allocate " + std::to_string(size) + " bytes on device " +
+                        std::to_string(device) + ": " + t_last_error);
 }
 
 void sdalloc_torch_free(void* ptr, std::size_t /*size*/, int device, cudaStream_t stream) noexcept {
