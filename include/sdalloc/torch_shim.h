@@ -143,6 +143,24 @@ SDALLOC_API sdalloc_status_t sdalloc_torch_trim(size_t* released) SDALLOC_NOEXCE
 /* The message of this thread's most recent failure in this library, "" if none. */
 SDALLOC_API const char* sdalloc_torch_last_error(void) SDALLOC_NOEXCEPT;
 
+/* ---- CUDA graph capture ----------------------------------------------------------------
+ * On a backend:cuda pool every allocation and free first asks cudaStreamIsCapturing (legal
+ * during a capture). An allocation on a capturing stream (or one the runtime cannot tell
+ * about) is refused: nullptr, or for sdalloc_torch_malloc_raising an exception, whose
+ * message points to sdalloc.torch.mempool(), since cudaMalloc, event queries or
+ * synchronisation would invalidate the capture and a graph's memory would be reused after
+ * it. A block freed on a capturing stream is quarantined: kept for the process's life, as
+ * a replay of the graph may still use it. */
+
+/* Bytes quarantined so far (freed during a capture). */
+SDALLOC_API size_t sdalloc_torch_quarantined_bytes(void) SDALLOC_NOEXCEPT;
+
+/* For tests without a GPU: `query` answers whether a stream is capturing (nonzero) in place
+ * of the CUDA runtime, for every backend; NULL restores the runtime (backend:cuda only). */
+typedef int (*sdalloc_torch_capture_query_fn)(cudaStream_t stream);
+SDALLOC_API void sdalloc_torch_set_capture_query_for_testing(sdalloc_torch_capture_query_fn query)
+    SDALLOC_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

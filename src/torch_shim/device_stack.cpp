@@ -24,6 +24,15 @@ namespace sdalloc::torch_shim {
 
 bool built_with_cuda() { return SDALLOC_TORCH_WITH_CUDA != 0; }
 
+bool cuda_stream_capturing(void* stream) noexcept {
+#if SDALLOC_TORCH_WITH_CUDA
+  return cuda::stream_capture(stream) != cuda::StreamCapture::kNone;
+#else
+  (void)stream;
+  return false;
+#endif
+}
+
 std::size_t cap_for(const ShimConfig& config, double fraction, std::size_t total) {
   std::size_t cap = config.capacity;
   if (fraction > 0.0 && total > 0) {

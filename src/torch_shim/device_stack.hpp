@@ -25,6 +25,10 @@ namespace sdalloc::torch_shim {
 
 bool built_with_cuda();
 
+// Whether `stream` is capturing a CUDA graph (or the runtime cannot tell), for a CUDA build;
+// false in a build without CUDA. Only asked for backend:cuda pools.
+bool cuda_stream_capturing(void* stream) noexcept;
+
 std::unique_ptr<sdalloc_pool> make_device_pool(const ShimConfig& config, int device);
 
 // The cap applied to a device's pool: min(capacity, memory_fraction x total), 0 for none.
