@@ -8,7 +8,7 @@
 # a build tree (--build-dir). Stages, each with a time budget, cut short by the deadline:
 #   preflight   torch imports and sees CUDA; the bundle's files exist
 #   cuda-tests  sdalloc_cuda_tests; any skipped test fails the check, except those that
-#               need two GPUs
+#               need two GPUs (and the no-device tests, skipped where a device is present)
 #   contract    scripts/gpu_contract.py install: OOM raises, record_stream, empty_cache,
 #               memory_stats, graph capture works or is refused clearly
 #   mempool     scripts/gpu_contract.py mempool: a torch.cuda.MemPool served by sdalloc
@@ -183,11 +183,11 @@ stage() {
 
 preflight() {
   if [[ $cpu_smoke == 1 ]]; then
-    "$python" -c 'import torch; print("torch", torch.__version__)'
+    "$python" -c 'import torch; print("torch", torch.__version__)' || return 1
   else
     "$python" -c 'import sys, torch
 print("torch", torch.__version__, "cuda", torch.version.cuda)
-sys.exit(0 if torch.cuda.is_available() else "torch.cuda.is_available() is False")'
+sys.exit(0 if torch.cuda.is_available() else "torch.cuda.is_available() is False")' || return 1
     [[ -x $cuda_tests ]] || { echo "no CUDA test binary at $cuda_tests (make the bundle on" \
       "the CI machine: scripts/gpu-bundle.sh)"; return 1; }
     [[ -f $libs/libsdalloc_torch.so || -f $libs/torch_shim/libsdalloc_torch.so ]] ||
@@ -209,7 +209,8 @@ for line in lines:
         since_run = []
     elif line.startswith("[  SKIPPED ]") and "(" in line:
         reason = " ".join(since_run)
-        if not re.search(r"two (CUDA )?(GPUs|devices)|second (GPU|device)|2 GPUs", reason, re.I):
+        if not re.search(r"two (CUDA )?(GPUs|devices)|second (GPU|device)|2 GPUs|"
+                         r"a CUDA device is present here", reason, re.I):
             bad.append(f"{line[13:].split(' (')[0]}: {reason[:120]}")
     else:
         since_run.append(line.strip())
