@@ -32,7 +32,11 @@ class CudaEventBackend final : public EventBackend {
     if (cudaEventDestroy(native(event)) != cudaSuccess) (void)cudaGetLastError();
   }
 
+  // record and stream_idle make the device current: the default stream (0) is the current
+  // device's, so with two GPUs it would otherwise resolve on whichever device the calling
+  // thread has current. query and synchronize name an event, which knows its device.
   void record(Handle event, Stream stream) override {
+    const detail::DeviceGuard guard(device_, who_);
     detail::check(cudaEventRecord(native(event), stream.as_native<CUstream_st>()), who_,
                   "cudaEventRecord");
   }
@@ -46,6 +50,7 @@ class CudaEventBackend final : public EventBackend {
   }
 
   bool stream_idle(Stream stream) override {
+    const detail::DeviceGuard guard(device_, who_);
     return answer(cudaStreamQuery(stream.as_native<CUstream_st>()), "cudaStreamQuery");
   }
 
