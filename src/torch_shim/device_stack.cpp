@@ -100,9 +100,17 @@ std::unique_ptr<sdalloc_pool> make_cuda_pool(const ShimConfig& config, int devic
     case Mode::kAsync:
       stack.push_back(std::make_unique<cuda::CudaAsyncResource>(device));
       break;
-    case Mode::kVmm:
-      return make_vm_pool(config, std::make_unique<cuda::CudaVirtualMemory>(device),
+    case Mode::kVmm: {
+      // Unmap waits for the page's own stream, not the whole device (the default): the pool
+      // gives a page up only once the events of its cross-stream frees (record_stream) have
+      // completed, or its stream is idle, so the stream it names is the only work left that
+      // may use the page. A device-wide synchronise per 2 MiB page would stall every stream
+      // whenever a steady-state step moves pages.
+      cuda::CudaVirtualMemoryOptions options;
+      options.unmap_wait = cuda::UnmapWait::kStream;
+      return make_vm_pool(config, std::make_unique<cuda::CudaVirtualMemory>(device, options),
                           std::make_unique<cuda::CudaStreamEvents>(device));
+    }
   }
   const std::size_t total = stack.front()->capacity();
   return finish(config, std::move(stack), std::make_unique<cuda::CudaStreamEvents>(device), total);
