@@ -181,6 +181,13 @@ def run(args):
                         generator=torch.Generator(device=device).manual_seed(seed))
         return x - 0.1 * model(x, timesteps, context)
 
+    def vmm_unmaps():
+        """Pages the shim's mode:vmm pool has unmapped (0 for other configurations)."""
+        if shim is None:
+            return 0
+        from sdalloc import _native  # pylint: disable=import-outside-toplevel
+        return int(_native.shim().c.sdalloc_torch_vmm_unmaps(torch.cuda.current_device()))
+
     per_shape = []
     with torch.inference_mode():
         for n, shape in enumerate(shapes):
@@ -188,6 +195,7 @@ def run(args):
                 warm = iteration(shape, 2)
                 del warm
             sync_and_sample()
+            unmaps_before = vmm_unmaps()
             times = []
             for i in range(args.iterations):
                 start = time.perf_counter()
@@ -200,7 +208,9 @@ def run(args):
                     del out
             per_shape.append({"shape": list(shape), "iterations": len(times),
                               "median_s": statistics.median(times), "min_s": min(times),
-                              "max_s": max(times)})
+                              "max_s": max(times),
+                              # each one waits for its stream; steady state should need none
+                              "vmm_unmaps": vmm_unmaps() - unmaps_before})
     result["per_shape"] = per_shape
     result["time_per_iteration_s"] = max(s["median_s"] for s in per_shape)
 
@@ -267,7 +277,9 @@ def status_of(result):
         return "FAILED: " + result["error"].splitlines()[0]
     if result.get("problems"):
         return "FAILED: " + "; ".join(result["problems"])
-    return "ok" + step_note(result)
+    unmaps = sum(s.get("vmm_unmaps", 0) for s in result.get("per_shape", []))
+    return "ok" + step_note(result) + (f"; {unmaps} pages unmapped in timed iterations"
+                                       if unmaps else "")
 
 
 def format_row(cells):

@@ -1,6 +1,8 @@
 // device_stack.cpp - building one device's resource stack for the PyTorch shim.
 #include "device_stack.hpp"
 
+#include "counting_virtual_memory.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -42,6 +44,11 @@ std::size_t cap_for(const ShimConfig& config, double fraction, std::size_t total
   return cap;
 }
 
+std::uint64_t vmm_unmaps(const sdalloc_pool& pool) {
+  const auto* counting = dynamic_cast<const CountingVirtualMemory*>(pool.virtual_memory.get());
+  return counting == nullptr ? 0 : counting->unmaps();
+}
+
 AdjustableLimitResource* limit_of(sdalloc_pool& pool) {
   if (pool.resources.size() < 2) return nullptr;  // a virtual-memory pool: no limit layer
   return static_cast<AdjustableLimitResource*>(pool.resources[1].get());
@@ -66,7 +73,8 @@ std::unique_ptr<sdalloc_pool> make_vm_pool(const ShimConfig& config,
   options.max_physical_bytes =
       cap_for(config, config.memory_fraction,
               config.backend == Backend::kHost ? config.capacity : memory->physical_capacity());
-  return std::make_unique<sdalloc_pool>(std::move(memory), std::move(events), options);
+  return std::make_unique<sdalloc_pool>(std::make_unique<CountingVirtualMemory>(std::move(memory)),
+                                        std::move(events), options);
 }
 
 std::unique_ptr<sdalloc_pool> finish(const ShimConfig& config, Stack stack,

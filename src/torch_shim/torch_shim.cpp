@@ -399,3 +399,9 @@ void sdalloc_torch_set_capture_query_for_testing(sdalloc_torch_capture_query_fn 
 size_t sdalloc_torch_quarantined_bytes(void) noexcept {
   return state().quarantined_bytes.load(std::memory_order_relaxed);
 }
+
+uint64_t sdalloc_torch_vmm_unmaps(int device) noexcept {
+  if (device < kMinDevice || device >= kMaxDevices) return 0;
+  const sdalloc_pool* pool = state().pools[std::size_t(slot_of(device))].load();
+  return pool == nullptr ? 0 : sdalloc::torch_shim::vmm_unmaps(*pool);
+}

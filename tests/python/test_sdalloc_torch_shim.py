@@ -299,7 +299,10 @@ def test_vmm_mode_serves_from_virtual_memory_and_says_what_it_lacks(libraries):
     c.sdalloc_torch_free(a, 5 * MiB, 0, None)
     c.sdalloc_torch_free(b, 1000, 0, c_void_p(0x77))
     assert sdalloc.stats(device=0)["allocation.all.current"] == 0
+    before = c.sdalloc_torch_vmm_unmaps(0)
     st.empty_cache()
+    assert c.sdalloc_torch_vmm_unmaps(0) > before, (before, c.sdalloc_torch_vmm_unmaps(0))
+    assert c.sdalloc_torch_vmm_unmaps(7) == 0           # no pool there
     # A fraction set before device 1's pool exists caps it: half of 64 MiB.
     st.set_memory_fraction(0.5, 1)
     assert c.sdalloc_torch_malloc(40 * MiB, 1, None) is None
