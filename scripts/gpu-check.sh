@@ -1,50 +1,63 @@
 #!/usr/bin/env bash
-# scripts/gpu-check.sh - the check to run whenever an NVIDIA GPU and PyTorch are at hand.
+# scripts/gpu-check.sh - the check to run when an NVIDIA GPU and PyTorch are at hand: one
+# call gives a verdict inside an overall deadline (default 8 minutes), for a device lent for
+# 10 minutes a command.
 #
-#   1. builds sdalloc with CUDA (Release, its own build tree),
-#   2. runs the CUDA conformance tests (sdalloc_cuda_tests),
-#   3. runs a PyTorch inference workload (scripts/gpu_workload.py: UNet-like model, random
-#      weights, fp16, several iterations, two input shapes), each configuration in a fresh
-#      process: PyTorch's native allocator, expandable_segments:True, backend:cudaMallocAsync,
-#      and sdalloc in each of its modes (sdalloc-planned: each iteration one step of the
-#      planned pool; the table notes where its allocations were served),
-#   4. prints one table (peak reserved, peak allocated, time per iteration) and the verdicts
-#      of the bars (sdalloc below native, <= expandable, <= 1.05 x its time).
-# Designed to finish in under 8 minutes on one H200-class GPU; every step has a timeout and
-# prints a clear FAILED line naming the step when it fails.
+# Nothing is built here: the libraries and the CUDA test binary come from a bundle made on
+# the CI machine (scripts/gpu-bundle.sh -> build/gpu-bundle, carried to the device) or from
+# a build tree (--build-dir). Stages, each with a time budget, cut short by the deadline:
+#   preflight   torch imports and sees CUDA; the bundle's files exist
+#   cuda-tests  sdalloc_cuda_tests; any skipped test fails the check, except those that
+#               need two GPUs (and the no-device tests, skipped where a device is present)
+#   contract    scripts/gpu_contract.py install: OOM raises, record_stream, empty_cache,
+#               memory_stats, graph capture works or is refused clearly
+#   mempool     scripts/gpu_contract.py mempool: a torch.cuda.MemPool served by sdalloc
+#   run:CONFIG  scripts/gpu_workload.py run, one fresh process per configuration (SD 1.5
+#               UNet, fp16, batch 2, 64x64 and 96x96 latents); each row is printed as its
+#               run finishes
+#   table       the table, the bars, the outputs against native's, the VERDICT line
+# Any line of the shim's stderr reports ("sdalloc_torch: ...") in a stage's output fails that
+# stage. Output: DIR/gpu-check.json (everything: stages, contract checks, runs, bars,
+# verdict) and DIR/gpu-check.log (every stage's output), nothing else.
 #
-# Usage: scripts/gpu-check.sh [--out DIR] [--build-dir DIR] [--skip-build] [--configs LIST]
-#                             [--iterations N] [--strict] [--dry-run] [--cpu-smoke]
-#   --out DIR       also write the table as JSON (DIR/gpu-check.json) and keep the per-run
-#                   results and logs in DIR
-#   --build-dir DIR build tree (default: build/gpu-check)
-#   --skip-build    use the build tree as it is (its libraries must exist)
+# Usage: scripts/gpu-check.sh [--out DIR] [--bundle DIR | --build-dir DIR] [--configs LIST]
+#                             [--iterations N] [--deadline S] [--strict] [--dry-run]
+#                             [--cpu-smoke]
+#   --out DIR       where gpu-check.json and gpu-check.log go (default: a new temporary dir)
+#   --bundle DIR    scripts/gpu-bundle.sh's output: DIR/lib (the libraries), DIR/bin
+#                   (sdalloc_cuda_tests) (default: build/gpu-bundle)
+#   --build-dir DIR a build tree instead (DIR/src, DIR/tests/cuda/sdalloc_cuda_tests)
 #   --configs LIST  comma-separated subset of: native,expandable,async,sdalloc-pool,
 #                   sdalloc-async,sdalloc-vmm,sdalloc-planned (default: all)
-#   --iterations N  timed iterations per configuration (default 6, after 2 warm-up ones)
-#   --strict        exit 1 when a bar is missed (a failed step always exits 1)
-#   --dry-run       print the steps that would run, run nothing
-#   --cpu-smoke     no build, no GPU: run the workload's tiny CPU version for each
-#                   configuration and print the table (checks this script end to end);
-#                   sdalloc-planned then steps a host pool of libsdalloc_torch.so, found
-#                   through --build-dir if given, else SDALLOC_LIBRARY_DIR or the package's
-#                   default search (the source tree's build*/ directories)
-# Environment: PYTHON (default python3) - the interpreter that has torch;
-#              SDALLOC_GPU_CHECK_RUN_TIMEOUT (default 150) - seconds per workload run.
+#   --iterations N  timed iterations per shape (default 20)
+#   --deadline S    overall deadline in seconds (default 480)
+#   --strict        a missed memory or time bar fails the verdict too
+#   --dry-run       print every stage with its time budget and the total, run nothing
+#   --cpu-smoke     no GPU: the contract's CPU-possible parts (gpu_contract.py host) and the
+#                   small workload on the CPU for each configuration; libraries from
+#                   --build-dir if given, else SDALLOC_LIBRARY_DIR or the package's search
+# Environment: PYTHON (default python3) - the interpreter that has torch.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 python=${PYTHON:-python3}
 out_dir=""
-build_dir="$root/build/gpu-check"
-build_dir_given=0
-skip_build=0
+bundle=""
+build_dir=""
 dry_run=0
 cpu_smoke=0
 strict=0
-iterations=6
+iterations=20
+deadline=480
 configs="native,expandable,async,sdalloc-pool,sdalloc-async,sdalloc-vmm,sdalloc-planned"
-run_timeout=${SDALLOC_GPU_CHECK_RUN_TIMEOUT:-150}
+
+# Budgets in seconds; with every configuration they sum to 475 (<= the 480 s deadline).
+budget_preflight=10
+budget_cuda_tests=45
+budget_contract=40
+budget_mempool=20
+budget_run=50  # per configuration: at most 60 s a run
+budget_table=10
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
@@ -52,20 +65,23 @@ die() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
 while [[ $# -gt 0 ]]; do
   case $1 in
     --out) [[ $# -ge 2 ]] || die "--out needs a directory"; out_dir=$2; shift 2 ;;
-    --build-dir) [[ $# -ge 2 ]] || die "--build-dir needs a directory"; build_dir=$2
-                 build_dir_given=1; shift 2 ;;
+    --bundle) [[ $# -ge 2 ]] || die "--bundle needs a directory"; bundle=$2; shift 2 ;;
+    --build-dir) [[ $# -ge 2 ]] || die "--build-dir needs a directory"; build_dir=$2; shift 2 ;;
     --configs) [[ $# -ge 2 ]] || die "--configs needs a list"; configs=$2; shift 2 ;;
     --iterations)
       [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || die "--iterations needs a positive integer"
       iterations=$2; shift 2 ;;
-    --skip-build) skip_build=1; shift ;;
+    --deadline)
+      [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || die "--deadline needs a positive integer"
+      deadline=$2; shift 2 ;;
     --strict) strict=1; shift ;;
     --dry-run) dry_run=1; shift ;;
-    --cpu-smoke) cpu_smoke=1; skip_build=1; shift ;;
+    --cpu-smoke) cpu_smoke=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
+[[ -z $bundle || -z $build_dir ]] || die "--bundle and --build-dir exclude each other"
 
 known=" native expandable async sdalloc-pool sdalloc-async sdalloc-vmm sdalloc-planned "
 IFS=',' read -r -a config_list <<< "$configs"
@@ -74,114 +90,178 @@ for c in "${config_list[@]}"; do
   [[ $known == *" $c "* ]] || die "unknown configuration '$c' (known:$known)"
 done
 
-step() { echo; echo "==== gpu-check: $* ===="; }
-# Runs a command, or only prints it with --dry-run.
-act() {
-  if [[ $dry_run == 1 ]]; then printf 'would run:'; printf ' %q' "$@"; echo; return 0; fi
-  "$@"
+# --- where the libraries and the test binary are ------------------------------------------
+libs="" cuda_tests=""
+if [[ -n $build_dir ]]; then
+  libs="$build_dir/src" cuda_tests="$build_dir/tests/cuda/sdalloc_cuda_tests"
+elif [[ $cpu_smoke == 0 ]]; then
+  bundle=${bundle:-$root/build/gpu-bundle}
+  libs="$bundle/lib" cuda_tests="$bundle/bin/sdalloc_cuda_tests"
+fi
+[[ -n $libs ]] && export SDALLOC_LIBRARY_DIR="$libs"
+export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+
+# --- the stage list with budgets ------------------------------------------------------------
+stages=(preflight)
+[[ $cpu_smoke == 0 ]] && stages+=(cuda-tests)
+stages+=(contract)
+[[ $cpu_smoke == 0 ]] && stages+=(mempool)
+for c in "${config_list[@]}"; do stages+=("run:$c"); done
+stages+=(table)
+budget_of() {
+  case $1 in
+    preflight) echo $budget_preflight ;; cuda-tests) echo $budget_cuda_tests ;;
+    contract) echo $budget_contract ;; mempool) echo $budget_mempool ;;
+    table) echo $budget_table ;; run:*) echo $budget_run ;;
+  esac
+}
+total=0
+for s in "${stages[@]}"; do total=$((total + $(budget_of "$s"))); done
+
+if [[ $dry_run == 1 ]]; then
+  smoke_note=""
+  [[ $cpu_smoke == 1 ]] && smoke_note=" (--cpu-smoke)"
+  echo "gpu-check: dry run$smoke_note; deadline $deadline s; libraries: ${libs:-sdalloc package search}"
+  for s in "${stages[@]}"; do
+    printf 'stage %-22s budget %3d s\n' "$s" "$(budget_of "$s")"
+  done
+  echo "gpu-check: total budget $total s of the $deadline s deadline"
+  [[ -n $out_dir ]] && echo "gpu-check: would write $out_dir/gpu-check.json and $out_dir/gpu-check.log"
+  [[ $total -le $deadline ]] || die "the budgets ($total s) exceed the deadline ($deadline s)"
+  exit 0
+fi
+
+[[ -n $out_dir ]] || out_dir=$(mktemp -d "${TMPDIR:-/tmp}/sdalloc-gpu-check.XXXXXX")
+mkdir -p "$out_dir"
+work=$(mktemp -d "${TMPDIR:-/tmp}/sdalloc-gpu-check-work.XXXXXX")  # not carried back
+trap 'rm -rf "$work"' EXIT
+log="$out_dir/gpu-check.log"
+: > "$log"
+: > "$work/stages.tsv"
+start=$SECONDS
+echo "gpu-check: deadline $deadline s; log $log; libraries: ${SDALLOC_LIBRARY_DIR:-sdalloc package search}"
+
+# record NAME STATUS DETAIL: one stage's line in the TSV and on stdout.
+record() {
+  local seconds=$((SECONDS - stage_start))
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$seconds" "${3//$'\t'/ }" >> "$work/stages.tsv"
+  # A run's row says how it went; its stage line is printed only when it failed.
+  [[ $1 == run:* && $2 == ok ]] && return 0
+  printf 'gpu-check: stage %-22s %-7s %4d s  %s\n' "$1" "$2" "$seconds" "$3"
 }
 
-if [[ -n $out_dir ]]; then
-  work=$out_dir
-elif [[ $dry_run == 1 ]]; then
-  work="${TMPDIR:-/tmp}/sdalloc-gpu-check.DRY-RUN"
-else
-  work=$(mktemp -d "${TMPDIR:-/tmp}/sdalloc-gpu-check.XXXXXX")
-fi
-[[ $dry_run == 1 ]] || mkdir -p "$work"
-start=$SECONDS
+# stage NAME CMD...: runs CMD within min(budget, time left before the table), its output
+# into the log; records ok / FAILED (exit status, timeout, or a "sdalloc_torch:" line).
+stage() {
+  local name=$1; shift
+  stage_start=$SECONDS
+  local left=$((deadline - (SECONDS - start) - budget_table))
+  local limit
+  limit=$(budget_of "$name")
+  [[ $left -lt $limit ]] && limit=$left
+  if [[ $limit -lt 5 ]]; then
+    record "$name" FAILED "not run: the overall deadline ($deadline s) is reached"
+    return 0
+  fi
+  local stage_log="$work/stage.log" rc=0
+  # Through bash -c: `timeout` runs programs, and some stages are this script's functions.
+  timeout -k 5 "$limit" bash -c '"$@"' stage "$@" > "$stage_log" 2>&1 || rc=$?
+  { echo "==== $name (limit $limit s, exit $rc) ===="; cat "$stage_log"; } >> "$log"
+  local reported
+  reported=$(grep -m1 '^sdalloc_torch: ' "$stage_log" || true)
+  if [[ $rc == 124 || $rc == 137 ]]; then
+    record "$name" FAILED "timed out after $limit s"
+  elif [[ $rc != 0 ]]; then
+    record "$name" FAILED "exit $rc: $(grep -v '^\s*$' "$stage_log" | tail -n 1 | cut -c1-160)"
+  elif [[ -n $reported ]]; then
+    record "$name" FAILED "error line: ${reported:0:160}"
+  else
+    record "$name" ok "${stage_detail:-}"
+  fi
+  stage_detail=""
+}
 
-# --- 0. the interpreter --------------------------------------------------------------------
-if [[ $dry_run == 0 ]]; then
+preflight() {
   if [[ $cpu_smoke == 1 ]]; then
-    "$python" -c 'import torch' 2>/dev/null || die "$python cannot import torch (set PYTHON)"
+    "$python" -c 'import torch; print("torch", torch.__version__)' || return 1
   else
     "$python" -c 'import sys, torch
-sys.exit(0 if torch.cuda.is_available() else 1)' ||
-      die "$python: torch missing or torch.cuda.is_available() is False (set PYTHON)"
+print("torch", torch.__version__, "cuda", torch.version.cuda)
+sys.exit(0 if torch.cuda.is_available() else "torch.cuda.is_available() is False")' || return 1
+    [[ -x $cuda_tests ]] || { echo "no CUDA test binary at $cuda_tests (make the bundle on" \
+      "the CI machine: scripts/gpu-bundle.sh)"; return 1; }
+    [[ -f $libs/libsdalloc_torch.so || -f $libs/torch_shim/libsdalloc_torch.so ]] ||
+      { echo "no libsdalloc_torch.so under $libs"; return 1; }
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   fi
-fi
+}
 
-# --- 1. build ----------------------------------------------------------------------------
-if [[ $skip_build == 0 ]]; then
-  step "build with CUDA ($build_dir)"
-  if [[ $dry_run == 0 ]]; then
-    command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] ||
-      die "build: no CUDA toolkit (nvcc not on PATH nor in /usr/local/cuda/bin)"
-    command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-  fi
-  generator=()
-  command -v ninja >/dev/null && generator=(-G Ninja)
-  configure=(cmake -S "$root" -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
-             -DSDALLOC_WITH_CUDA=ON -DSDALLOC_BUILD_BENCH=OFF -DSDALLOC_BUILD_TOOLS=OFF)
-  with_tests=1
-  if ! act timeout 300 "${configure[@]}" -DSDALLOC_BUILD_TESTS=ON; then
-    # A machine without GoogleTest still gets the workload; the missing tests are reported.
-    echo "gpu-check: configure with tests failed; retrying without them (GoogleTest missing?)"
-    with_tests=0
-    act timeout 300 "${configure[@]}" -DSDALLOC_BUILD_TESTS=OFF ||
-      die "build: cmake configure failed (output above)"
-  fi
-  targets=(sdalloc sdalloc_torch)
-  [[ $with_tests == 1 ]] && targets+=(sdalloc_cuda_tests)
-  act timeout 400 cmake --build "$build_dir" -j "$(nproc)" --target "${targets[@]}" ||
-    die "build: compilation failed (is the CUDA toolkit complete?)"
-  if [[ $dry_run == 0 ]]; then
-    grep -q 'SDALLOC_TORCH_WITH_CUDA=1' "$build_dir/compile_commands.json" ||
-      die "build: libsdalloc_torch.so was built without CUDA (CMake did not find the toolkit)"
-  fi
+# The CUDA tests; a skipped test fails unless its reason is that it needs two GPUs.
+cuda_tests_stage() {
+  "$cuda_tests" > "$work/cuda-tests.txt" 2>&1 || { cat "$work/cuda-tests.txt"; return 1; }
+  cat "$work/cuda-tests.txt"
+  "$python" - "$work/cuda-tests.txt" <<'EOF'
+import re, sys
+lines = open(sys.argv[1], encoding="utf-8", errors="replace").read().splitlines()
+bad, since_run = [], []
+for line in lines:
+    if line.startswith("[ RUN      ]"):
+        since_run = []
+    elif line.startswith("[  SKIPPED ]") and "(" in line:
+        reason = " ".join(since_run)
+        if not re.search(r"two (CUDA )?(GPUs|devices)|second (GPU|device)|2 GPUs|"
+                         r"a CUDA device is present here", reason, re.I):
+            bad.append(f"{line[13:].split(' (')[0]}: {reason[:120]}")
+    else:
+        since_run.append(line.strip())
+if bad:
+    print("skipped CUDA tests (only those needing two GPUs may skip):", "; ".join(bad))
+    sys.exit(1)
+print("no test skipped but those needing two GPUs")
+EOF
+}
 
-  # --- 2. CUDA conformance tests ---------------------------------------------------------
-  step "CUDA conformance tests"
-  if [[ $with_tests == 1 ]]; then
-    act timeout 300 "$build_dir/tests/cuda/sdalloc_cuda_tests" --gtest_brief=1 ||
-      die "CUDA conformance tests failed (output above)"
-  else
-    echo "gpu-check: SKIPPED: CUDA conformance tests (the build has no tests: see above)"
-    tests_skipped=1
-  fi
-fi
-
-# --- 3. the workload under each allocator --------------------------------------------------
-step "PyTorch workload: ${config_list[*]}"
-# The CPU smoke builds nothing: unless a build tree was named, the caller's libraries stay.
-if [[ $cpu_smoke == 0 || $build_dir_given == 1 ]]; then
-  export SDALLOC_LIBRARY_DIR="$build_dir/src"
-fi
-export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
+export -f preflight cuda_tests_stage
+export python cpu_smoke cuda_tests libs work
 smoke=()
-[[ $cpu_smoke == 1 ]] && smoke=(--cpu-smoke --iterations 1 --warmup 0 --steps 1)
+[[ $cpu_smoke == 1 ]] && smoke=(--cpu-smoke --iterations 1 --warmup 1)
 [[ $cpu_smoke == 1 ]] || smoke=(--iterations "$iterations")
+
+stage preflight preflight
+if [[ $cpu_smoke == 0 ]]; then
+  stage cuda-tests cuda_tests_stage
+  stage contract "$python" "$root/scripts/gpu_contract.py" install --out "$work/contract.json"
+else
+  stage contract "$python" "$root/scripts/gpu_contract.py" host --out "$work/contract.json"
+fi
+grep '^gpu_contract: ' "$log" || true
+contracts=("$work/contract.json")
+if [[ $cpu_smoke == 0 ]]; then
+  stage mempool "$python" "$root/scripts/gpu_contract.py" mempool --out "$work/mempool.json"
+  grep '^gpu_contract: mempool' "$log" || true
+  contracts+=("$work/mempool.json")
+fi
+
+"$python" "$root/scripts/gpu_workload.py" row --header
 results=()
 for c in "${config_list[@]}"; do
   result="$work/$c.json"
   results+=("$result")
-  [[ $dry_run == 0 ]] && rm -f "$result"
-  echo "-- $c"
-  status=0
-  if [[ $dry_run == 1 ]]; then
-    act timeout "$run_timeout" "$python" "$root/scripts/gpu_workload.py" run --config "$c" \
-      --out "$result" "${smoke[@]}"
-  else
-    timeout "$run_timeout" "$python" "$root/scripts/gpu_workload.py" run --config "$c" \
-      --out "$result" "${smoke[@]}" 2>&1 | tee "$work/$c.log" || status=${PIPESTATUS[0]}
-  fi
-  if [[ $status != 0 ]]; then
-    echo "gpu-check: run '$c' FAILED or timed out after ${run_timeout} s (log: $work/$c.log)" >&2
-    if [[ $dry_run == 0 && ! -s $result ]]; then
-      printf '{"config": "%s", "error": "exited with an error or timed out; see %s"}\n' \
-        "$c" "$work/$c.log" > "$result"
-    fi
-  fi
+  stage "run:$c" "$python" "$root/scripts/gpu_workload.py" run --config "$c" --out "$result" \
+    "${smoke[@]}"
+  [[ -s $result ]] || printf '{"config": "%s", "error": "no result (see gpu-check.log)"}\n' \
+    "$c" > "$result"
+  "$python" "$root/scripts/gpu_workload.py" row "$result"
 done
 
-# --- 4. the table --------------------------------------------------------------------------
-step "results ($((SECONDS - start)) s)"
-table_args=()
-[[ -n $out_dir ]] && table_args+=(--json "$out_dir/gpu-check.json")
+stage_start=$SECONDS
+table_args=(--json "$out_dir/gpu-check.json" --stages "$work/stages.tsv")
+for f in "${contracts[@]}"; do table_args+=(--contract "$f"); done
 [[ $strict == 1 ]] && table_args+=(--strict)
-act "$python" "$root/scripts/gpu_workload.py" table "${results[@]}" "${table_args[@]}" ||
-  die "one or more runs failed, or (with --strict) a bar was missed: see the table above"
-[[ -n $out_dir && $dry_run == 0 ]] && echo "gpu-check: JSON written to $out_dir/gpu-check.json"
-[[ ${tests_skipped:-0} == 1 ]] && echo "gpu-check: WARNING: the CUDA conformance tests did not run"
-echo "gpu-check: done in $((SECONDS - start)) s"
+echo
+echo "==== gpu-check: results ($((SECONDS - start)) s) ===="
+status=0
+"$python" "$root/scripts/gpu_workload.py" table "${results[@]}" "${table_args[@]}" 2>&1 |
+  tee -a "$log" || status=${PIPESTATUS[0]}
+echo "gpu-check: wrote $out_dir/gpu-check.json and $log in $((SECONDS - start)) s"
+exit "$status"

@@ -1,52 +1,54 @@
 #!/usr/bin/env python3
-"""scripts/gpu_workload.py - a PyTorch inference workload under one allocator, and the table.
+"""scripts/gpu_workload.py - a Stable Diffusion-scale UNet under one allocator, and the table.
 
 Used by scripts/gpu-check.sh; each allocator configuration runs in a fresh process, since a
 process cannot change its CUDA allocator after the first allocation.
 
   gpu_workload.py run --config NAME --out FILE.json [--iterations N] [--cpu-smoke]
       Runs the workload under configuration NAME and writes its figures as JSON:
-        native       PyTorch's caching allocator (PYTORCH_CUDA_ALLOC_CONF unset)
+        native       PyTorch's caching allocator (no allocator settings)
         expandable   PyTorch's, with expandable_segments:True
         async        PyTorch's backend:cudaMallocAsync
         sdalloc-pool sdalloc via sdalloc.torch.install(mode="pool")
         sdalloc-async sdalloc via sdalloc.torch.install(mode="async")
         sdalloc-vmm  sdalloc via sdalloc.torch.install(mode="vmm")
-        sdalloc-planned sdalloc via sdalloc.torch.install(mode="planned"), each iteration
-                     one sdalloc.torch.step() (recorded once, then served from the plan's
-                     arena); its step figures go into the JSON ("step_stats") and the table
-      The PyTorch settings are put in PYTORCH_CUDA_ALLOC_CONF before torch is imported.
-      --cpu-smoke runs a tiny version on the CPU (no allocator swap, memory figures null):
-      it checks the model code, the argument handling and the JSON without a GPU. For
-      sdalloc-planned it still marks each iteration as a step of a backend:host planned
-      pool of the shim (device 0); torch's CPU tensors do not go through sdalloc, so those
-      steps hold no allocations: only the step calls and the figures' path are checked.
-  gpu_workload.py table FILE.json... [--json OUT] [--strict]
-      Prints one aligned table (peak reserved, peak allocated, time per iteration) and the
-      verdict lines of the issue's bars: sdalloc's peak reserved below native's, no higher
-      than expandable's, at <= 1.05 x expandable's time per iteration. A FILE that holds an
-      "error" prints as a FAILED row. --json writes everything to OUT. --strict exits 1 when
-      a bar is missed (a failed run always exits 1).
+        sdalloc-planned sdalloc via sdalloc.torch.install(mode="planned"), each timed
+                     iteration one sdalloc.torch.step(); its step figures go into the JSON
+      PyTorch's settings go into both PYTORCH_CUDA_ALLOC_CONF and PYTORCH_ALLOC_CONF before
+      torch is imported, and the run records whether they are in effect
+      (torch.cuda.get_allocator_backend(), expandable segments in the snapshot): a setting
+      that is not in effect is a problem, and a run with problems is a FAILED row.
+      --cpu-smoke runs the small UNet on the CPU (no allocator swap, memory figures null);
+      sdalloc-planned then steps a backend:host planned pool of the shim that torch's CPU
+      tensors never reach (only the step calls and the figures' path are checked).
+  gpu_workload.py row FILE.json          one table row, printed as a run finishes
+  gpu_workload.py table FILE.json... [--json OUT] [--stages TSV] [--strict]
+      The table, the verdict lines of the bars (sdalloc's peak reserved below native's, no
+      higher than expandable's, at <= 1.05 x expandable's time per shape), the outputs
+      compared with native's, and the gpu-check stages (TSV lines: name, status, seconds,
+      detail). --json writes everything to OUT. Exit 1 when a stage or run failed or a run
+      has problems; --strict also when a bar is missed.
 
-The workload: a UNet-like denoiser (convolutions, group norms, self-attention at two
-resolutions, skip connections), random weights, fp16, inference under torch.inference_mode,
-two latent shapes alternating (batch 1 at 96x96 and batch 2 at 128x128), several iterations
-after a warm-up. Time per iteration is the median over the timed iterations, with
-torch.cuda.synchronize() around each. Under sdalloc-planned, the iteration's begin_step is
-inside the timed part; its end_step (after the iteration's tensors are freed) is not.
-The shapes alternate: each is recorded once and gets its own plan (the iteration's first
-allocation, the input of that shape, picks it), and both plans share one arena.
+The workload: workloads/sd_unet.py's Stable Diffusion 1.5 UNet (random weights), fp16 on
+CUDA, batch 2 (one image under classifier-free guidance), 64x64 and 96x96 latents, under
+torch.inference_mode. Per shape: warm-up iterations outside any step (cuDNN/cuBLAS plan
+trials allocate once there), then >= 20 timed iterations; the time of a shape is the median
+of its iterations, with torch.cuda.synchronize() around each. Device memory from
+cudaMemGetInfo (torch.cuda.mem_get_info, above what was used before the model) is sampled
+after every iteration beside the allocator's own figure: it counts what a cudaMemPool keeps.
+The output of the first timed iteration of the first shape is fingerprinted, so the table
+can compare every allocator's output with native's.
 """
 
-import contextlib
-
 import argparse
+import contextlib
 import json
-import math
 import os
 import statistics
 import sys
 import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CONFIGS = {
     "native": {"torch_conf": None, "sdalloc": None},
@@ -57,109 +59,68 @@ CONFIGS = {
     "sdalloc-vmm": {"torch_conf": None, "sdalloc": {"mode": "vmm"}},
     "sdalloc-planned": {"torch_conf": None, "sdalloc": {"mode": "planned"}, "steps": True},
 }
-# The step figures the JSON and the table carry for a configuration with steps.
 STEP_FIGURES = ("planned_allocations", "kept_allocations", "fallback_allocations",
                 "recorded_allocations", "recorded_steps", "planned_steps", "divergent_steps",
                 "replans", "arena_failures", "arena_bytes", "plans")
-GPU_SHAPES = [(1, 4, 96, 96), (2, 4, 128, 128)]
-CPU_SHAPES = [(1, 4, 16, 16), (2, 4, 24, 24)]
+GPU_LATENTS = (64, 96)
+CPU_LATENTS = (8, 16)
+BATCH = 2
 MiB = 1 << 20
-
-
-# --------------------------------------------------------------------------- the model
-
-def build_model(torch, channels, heads):
-    nn = torch.nn
-    F = torch.nn.functional
-
-    class ResBlock(nn.Module):
-        def __init__(self, cin, cout):
-            super().__init__()
-            self.norm1 = nn.GroupNorm(32, cin)
-            self.conv1 = nn.Conv2d(cin, cout, 3, padding=1)
-            self.norm2 = nn.GroupNorm(32, cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
-            self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
-
-        def forward(self, x):
-            h = self.conv1(F.silu(self.norm1(x)))
-            h = self.conv2(F.silu(self.norm2(h)))
-            return h + self.skip(x)
-
-    class Attention(nn.Module):
-        def __init__(self, dim):
-            super().__init__()
-            self.norm = nn.GroupNorm(32, dim)
-            self.qkv = nn.Linear(dim, 3 * dim)
-            self.out = nn.Linear(dim, dim)
-            self.heads = heads
-
-        def forward(self, x):
-            b, c, h, w = x.shape
-            t = self.norm(x).flatten(2).transpose(1, 2)  # (b, hw, c)
-            q, k, v = self.qkv(t).chunk(3, dim=-1)
-            split = lambda z: z.reshape(b, h * w, self.heads, c // self.heads).transpose(1, 2)
-            q, k, v = split(q), split(k), split(v)
-            if hasattr(F, "scaled_dot_product_attention"):
-                a = F.scaled_dot_product_attention(q, k, v)
-            else:
-                weights = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(c // self.heads), -1)
-                a = weights @ v
-            a = a.transpose(1, 2).reshape(b, h * w, c)
-            return x + self.out(a).transpose(1, 2).reshape(b, c, h, w)
-
-    class UNet(nn.Module):
-        def __init__(self):
-            super().__init__()
-            c1, c2, c3 = channels
-            self.inp = nn.Conv2d(4, c1, 3, padding=1)
-            self.d1 = ResBlock(c1, c1)
-            self.down1 = nn.Conv2d(c1, c2, 3, stride=2, padding=1)
-            self.d2 = ResBlock(c2, c2)
-            self.a2 = Attention(c2)
-            self.down2 = nn.Conv2d(c2, c3, 3, stride=2, padding=1)
-            self.mid = ResBlock(c3, c3)
-            self.amid = Attention(c3)
-            self.up2 = nn.ConvTranspose2d(c3, c2, 4, stride=2, padding=1)
-            self.u2 = ResBlock(2 * c2, c2)
-            self.au2 = Attention(c2)
-            self.up1 = nn.ConvTranspose2d(c2, c1, 4, stride=2, padding=1)
-            self.u1 = ResBlock(2 * c1, c1)
-            self.outp = nn.Conv2d(c1, 4, 3, padding=1)
-
-        def forward(self, x):
-            h1 = self.d1(self.inp(x))
-            h2 = self.a2(self.d2(self.down1(h1)))
-            m = self.amid(self.mid(self.down2(h2)))
-            u2 = self.au2(self.u2(torch.cat([self.up2(m), h2], 1)))
-            u1 = self.u1(torch.cat([self.up1(u2), h1], 1))
-            return self.outp(u1)
-
-    return UNet()
+OUTPUT_TOLERANCE = 2e-3  # relative, on the fingerprint's sums (fp16 kernels may differ)
 
 
 # --------------------------------------------------------------------------- run
 
+def set_torch_conf(conf):
+    """Before torch is imported: PyTorch reads its allocator settings once (newer versions
+    read PYTORCH_ALLOC_CONF, older ones PYTORCH_CUDA_ALLOC_CONF: both are set)."""
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        if conf:
+            os.environ[name] = conf
+        else:
+            os.environ.pop(name, None)
+
+
+def allocator_in_effect(torch, spec):
+    """What torch reports about its allocator, and the problems if a setting is not in
+    effect."""
+    found, problems = {}, []
+    getter = getattr(torch.cuda, "get_allocator_backend", None)
+    found["allocator_backend"] = getter() if getter else None
+    conf = spec["torch_conf"] or ""
+    if "cudaMallocAsync" in conf and found["allocator_backend"] != "cudaMallocAsync":
+        problems.append(f"backend:cudaMallocAsync not in effect (backend "
+                        f"{found['allocator_backend']!r})")
+    if "expandable_segments" in conf:
+        segments = torch.cuda.memory._snapshot()["segments"]  # pylint: disable=protected-access
+        found["expandable_in_effect"] = any(s.get("is_expandable") for s in segments)
+        if not found["expandable_in_effect"]:
+            problems.append("expandable_segments not in effect (no expandable segment in "
+                            "torch.cuda.memory._snapshot())")
+    return found, problems
+
+
+def fingerprint(tensor):
+    flat = tensor.detach().float().flatten()
+    return {"sum": float(flat.sum()), "abs_sum": float(flat.abs().sum()),
+            "first": [float(v) for v in flat[:4]]}
+
+
 def run(args):
     spec = CONFIGS[args.config]
-    # Before torch is imported: PyTorch reads its allocator settings once.
-    if args.cpu_smoke:
-        os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    elif spec["torch_conf"]:
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = spec["torch_conf"]
-    else:
-        os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    set_torch_conf(None if args.cpu_smoke else spec["torch_conf"])
     import torch  # pylint: disable=import-outside-toplevel
+    sys.path.insert(0, os.path.join(ROOT, "workloads"))
+    import sd_unet  # pylint: disable=import-outside-toplevel,import-error
 
     result = {"config": args.config, "torch": torch.__version__, "cpu_smoke": args.cpu_smoke,
-              "allocator_conf": spec["torch_conf"], "sdalloc": spec["sdalloc"]}
-    sdalloc_torch = None
+              "allocator_conf": spec["torch_conf"], "sdalloc": spec["sdalloc"], "problems": []}
+    shim = None
     if spec["sdalloc"] is not None and not args.cpu_smoke:
-        import sdalloc.torch as sdalloc_torch  # pylint: disable=import-outside-toplevel
-        sdalloc_torch.install(**spec["sdalloc"])
-        result["sdalloc_conf"] = sdalloc_torch.config_text()
-    # Configurations with steps: each iteration is one step of the shim's pool. On the CPU
-    # smoke that is a host pool of device 0 that torch's CPU tensors never reach.
+        import sdalloc.torch as shim  # pylint: disable=import-outside-toplevel
+        shim.install(**spec["sdalloc"])
+        result["sdalloc_conf"] = shim.config_text()
+        result["sdalloc_hooks"] = shim.hooks()
     step_device = None
     if spec.get("steps"):
         import sdalloc.torch as step_shim  # pylint: disable=import-outside-toplevel
@@ -168,66 +129,112 @@ def run(args):
             step_device = 0
             result["sdalloc_conf"] = step_shim.config_text()
 
-        def iteration_scope():
+        def timed_scope():
             return step_shim.step(device=step_device)
     else:
-        iteration_scope = contextlib.nullcontext
+        timed_scope = contextlib.nullcontext
 
     if args.cpu_smoke:
-        device, dtype, shapes, channels, heads = "cpu", torch.float32, CPU_SHAPES, (32, 64, 64), 2
+        device, dtype, latents, cfg = "cpu", torch.float32, CPU_LATENTS, sd_unet.SMALL
     else:
         if not torch.cuda.is_available():
             raise SystemExit("gpu_workload: torch.cuda.is_available() is False")
-        device, dtype, shapes, channels, heads = "cuda", torch.float16, GPU_SHAPES, (128, 256,
-                                                                                   512), 8
+        device, dtype, latents, cfg = "cuda", torch.float16, GPU_LATENTS, sd_unet.FULL
+        torch.cuda.init()
+    cuda = device == "cuda"
+    used_before = None
+    if cuda:
+        free, total = torch.cuda.mem_get_info()
+        used_before = total - free
     torch.manual_seed(0)
-    model = build_model(torch, channels, heads).to(device=device, dtype=dtype).eval()
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # weights made in fp16 directly: no fp32 copy to cache
+    try:
+        model = sd_unet.UNet(cfg, device=device).eval()
+    finally:
+        torch.set_default_dtype(default_dtype)
     result["parameters"] = sum(p.numel() for p in model.parameters())
+    if cuda:
+        found, problems = allocator_in_effect(torch, spec)
+        result.update(found)
+        result["problems"] += problems
+        if shim is not None and found["allocator_backend"] == "native":
+            result["problems"].append("sdalloc installed, but torch reports the native "
+                                      "allocator")
+        torch.cuda.reset_peak_memory_stats()  # the peaks of inference, weights included
+    generator = torch.Generator(device=device).manual_seed(1)
+    context = torch.randn(BATCH, cfg.context_tokens, cfg.context_dim, device=device,
+                          dtype=dtype, generator=generator)
+    timesteps = torch.full((BATCH,), 500, dtype=torch.long, device=device)
+    shapes = [(BATCH, cfg.latent_channels, lat, lat) for lat in latents]
     result["shapes"] = [list(s) for s in shapes]
+    device_peak = [0]
 
-    def sync():
-        if device == "cuda":
+    def sync_and_sample():
+        if cuda:
             torch.cuda.synchronize()
+            free_now, total_now = torch.cuda.mem_get_info()
+            device_peak[0] = max(device_peak[0], total_now - free_now - used_before)
 
-    times = []
+    def iteration(shape, seed):
+        x = torch.randn(shape, device=device, dtype=dtype,
+                        generator=torch.Generator(device=device).manual_seed(seed))
+        return x - 0.1 * model(x, timesteps, context)
+
+    def vmm_unmaps():
+        """Pages the shim's mode:vmm pool has unmapped (0 for other configurations)."""
+        if shim is None:
+            return 0
+        from sdalloc import _native  # pylint: disable=import-outside-toplevel
+        return int(_native.shim().c.sdalloc_torch_vmm_unmaps(torch.cuda.current_device()))
+
+    per_shape = []
     with torch.inference_mode():
-        for i in range(args.warmup + args.iterations):
-            shape = shapes[i % len(shapes)]
-            sync()
-            start = time.perf_counter()
-            with iteration_scope():
-                x = torch.randn(shape, device=device, dtype=dtype)
-                for _ in range(args.steps):  # a sampler's denoising steps
-                    x = x - 0.1 * model(x)
-                sync()
-                if i >= args.warmup:
+        for n, shape in enumerate(shapes):
+            for _ in range(args.warmup):  # outside any step: plan trials allocate here
+                warm = iteration(shape, 2)
+                del warm
+            sync_and_sample()
+            unmaps_before = vmm_unmaps()
+            times = []
+            for i in range(args.iterations):
+                start = time.perf_counter()
+                with timed_scope():
+                    out = iteration(shape, 3)
+                    sync_and_sample()
                     times.append(time.perf_counter() - start)
-                del x
-    result["iterations"] = len(times)
-    result["time_per_iteration_s"] = statistics.median(times)
-    result["time_min_s"] = min(times)
-    result["time_max_s"] = max(times)
+                    if n == 0 and i == 0:
+                        result["output_fingerprint"] = fingerprint(out)
+                    del out
+            per_shape.append({"shape": list(shape), "iterations": len(times),
+                              "median_s": statistics.median(times), "min_s": min(times),
+                              "max_s": max(times),
+                              # each one waits for its stream; steady state should need none
+                              "vmm_unmaps": vmm_unmaps() - unmaps_before})
+    result["per_shape"] = per_shape
+    result["time_per_iteration_s"] = max(s["median_s"] for s in per_shape)
 
     if spec.get("steps"):
         figures = step_shim.step_stats(device=step_device)
         result["step_stats"] = {name: figures[name] for name in STEP_FIGURES}
+        if figures["divergent_steps"] != 0:
+            result["problems"].append(f"{figures['divergent_steps']} divergent steps (want 0)")
+        if not args.cpu_smoke and figures["planned_allocations"] == 0:
+            result["problems"].append("no planned allocations")
 
     result["peak_reserved_bytes"] = None
     result["peak_allocated_bytes"] = None
-    if device == "cuda":
-        if sdalloc_torch is not None:
-            import sdalloc  # pylint: disable=import-outside-toplevel
-            stats = sdalloc.stats(device=torch.cuda.current_device())
-        else:
-            stats = torch.cuda.memory_stats()
+    result["device_peak_bytes"] = device_peak[0] if cuda else None
+    if cuda:
+        stats = torch.cuda.memory_stats()  # the shim's figures after install()
         result["peak_reserved_bytes"] = stats.get("reserved_bytes.all.peak")
         result["peak_allocated_bytes"] = stats.get("allocated_bytes.all.peak")
-        free, total = torch.cuda.mem_get_info()
-        result["device_used_bytes_at_end"] = total - free
-    with open(args.out, "w", encoding="utf-8") as out:
-        json.dump(result, out, indent=1)
-    print(f"gpu_workload: {args.config}: {len(times)} iterations, "
-          f"median {result['time_per_iteration_s'] * 1e3:.1f} ms")
+    with open(args.out, "w", encoding="utf-8") as out_file:
+        json.dump(result, out_file, indent=1)
+    shapes_text = ", ".join(f"{s['shape'][-1]}x{s['shape'][-1]} {s['median_s'] * 1e3:.1f} ms"
+                            for s in per_shape)
+    print(f"gpu_workload: {args.config}: {args.iterations} iterations per shape, median "
+          f"{shapes_text}", flush=True)
 
 
 # --------------------------------------------------------------------------- table
@@ -249,8 +256,6 @@ def mib(value):
 
 
 def step_note(result):
-    """The table's note for a run with steps: where its allocations were served, and how
-    many steps left the plan."""
     steps = result.get("step_stats")
     if not steps:
         return ""
@@ -261,48 +266,93 @@ def step_note(result):
             f"{steps['plans']} plans")
 
 
+# Fixed widths, so rows printed one by one as runs finish line up under the header.
+WIDTHS = (16, 12, 12, 12, 10, 10)
+HEADER = ("config", "reserved MiB", "alloc'd MiB", "device MiB", "ms shape1", "ms shape2",
+          "status")
+
+
+def status_of(result):
+    if result.get("error"):
+        return "FAILED: " + result["error"].splitlines()[0]
+    if result.get("problems"):
+        return "FAILED: " + "; ".join(result["problems"])
+    unmaps = sum(s.get("vmm_unmaps", 0) for s in result.get("per_shape", []))
+    return "ok" + step_note(result) + (f"; {unmaps} pages unmapped in timed iterations"
+                                       if unmaps else "")
+
+
+def format_row(cells):
+    parts = [str(cells[0]).ljust(WIDTHS[0])]
+    parts += [str(c).rjust(w) for c, w in zip(cells[1:6], WIDTHS[1:])]
+    return "  ".join(parts + [str(cells[6])]).rstrip()
+
+
+def row_of(result):
+    if result.get("error"):
+        return format_row((result["config"], "-", "-", "-", "-", "-", status_of(result)))
+    times = [f"{s['median_s'] * 1e3:.2f}" for s in result.get("per_shape", [])]
+    times += ["-"] * (2 - len(times))
+    return format_row((result["config"], mib(result.get("peak_reserved_bytes")),
+                       mib(result.get("peak_allocated_bytes")),
+                       mib(result.get("device_peak_bytes")), times[0], times[1],
+                       status_of(result)))
+
+
 def format_table(results):
-    header = ("config", "peak reserved MiB", "peak allocated MiB", "ms/iteration", "status")
-    rows = []
-    for r in results:
-        if r.get("error"):
-            rows.append((r["config"], "-", "-", "-", "FAILED: " + r["error"].splitlines()[0]))
-            continue
-        rows.append((r["config"], mib(r.get("peak_reserved_bytes")),
-                     mib(r.get("peak_allocated_bytes")),
-                     f"{r['time_per_iteration_s'] * 1e3:.2f}", "ok" + step_note(r)))
-    widths = [max(len(str(row[i])) for row in rows + [header]) for i in range(len(header))]
-    lines = []
-    for n, row in enumerate([header] + rows):
-        cells = [str(c).ljust(widths[i]) if i in (0, 4) else str(c).rjust(widths[i])
-                 for i, c in enumerate(row)]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    lines = [format_row(HEADER), "  ".join("-" * w for w in WIDTHS + (6,))]
+    return "\n".join(lines + [row_of(r) for r in results])
+
+
+def outputs_match(mine, reference):
+    a, b = mine.get("output_fingerprint"), reference.get("output_fingerprint")
+    if a is None or b is None:
+        return None
+    return all(abs(a[k] - b[k]) <= OUTPUT_TOLERANCE * max(1.0, abs(b[k]))
+               for k in ("sum", "abs_sum"))
 
 
 def verdicts(results):
-    """The issue's bars, per sdalloc configuration: a list of (ok, line)."""
+    """The bars, per sdalloc configuration, and the outputs against native's: (ok, line)."""
     by_name = {r["config"]: r for r in results if not r.get("error")}
     native, expandable = by_name.get("native"), by_name.get("expandable")
     lines = []
     for name, r in by_name.items():
+        if native is not None and name != "native":
+            same = outputs_match(r, native)
+            if same is not None:
+                lines.append((same, f"{name}: output equals native's (fingerprint within "
+                                    f"{OUTPUT_TOLERANCE:g})"))
         if not name.startswith("sdalloc") or r.get("peak_reserved_bytes") is None:
             continue
         mine = r["peak_reserved_bytes"]
         if native and native.get("peak_reserved_bytes") is not None:
-            ok = mine < native["peak_reserved_bytes"]
-            lines.append((ok, f"{name}: peak reserved {mib(mine)} MiB < native "
-                              f"{mib(native['peak_reserved_bytes'])} MiB"))
+            lines.append((mine < native["peak_reserved_bytes"],
+                          f"{name}: peak reserved {mib(mine)} MiB < native "
+                          f"{mib(native['peak_reserved_bytes'])} MiB"))
         if expandable and expandable.get("peak_reserved_bytes") is not None:
-            ok = mine <= expandable["peak_reserved_bytes"]
-            lines.append((ok, f"{name}: peak reserved {mib(mine)} MiB <= expandable "
-                              f"{mib(expandable['peak_reserved_bytes'])} MiB"))
-            ratio = r["time_per_iteration_s"] / expandable["time_per_iteration_s"]
-            lines.append((ratio <= 1.05, f"{name}: time per iteration {ratio:.3f} x "
-                                         "expandable's (bar: <= 1.05)"))
+            lines.append((mine <= expandable["peak_reserved_bytes"],
+                          f"{name}: peak reserved {mib(mine)} MiB <= expandable "
+                          f"{mib(expandable['peak_reserved_bytes'])} MiB"))
+            for mine_shape, theirs in zip(r.get("per_shape", []),
+                                          expandable.get("per_shape", [])):
+                ratio = mine_shape["median_s"] / theirs["median_s"]
+                size = mine_shape["shape"][-1]
+                lines.append((ratio <= 1.05, f"{name}: time at {size}x{size} {ratio:.3f} x "
+                                             "expandable's (bar: <= 1.05)"))
     return lines
+
+
+def load_stages(path):
+    stages = []
+    if path and os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) == 4:
+                    stages.append({"stage": parts[0], "status": parts[1],
+                                   "seconds": float(parts[2]), "detail": parts[3]})
+    return stages
 
 
 def table(args):
@@ -311,18 +361,45 @@ def table(args):
     checks = verdicts(results)
     for ok, line in checks:
         print(f"{'PASS' if ok else 'MISS'}  {line}")
+    contract = []
+    for path in args.contract or []:
+        try:
+            with open(path, encoding="utf-8") as f:
+                contract += json.load(f)["checks"]
+        except (OSError, ValueError, KeyError) as error:
+            contract.append({"check": os.path.basename(path), "status": "FAILED",
+                             "detail": f"no result: {error}"})
+    for c in contract:
+        print(f"contract {c['check']:<14} {c['status']:<6} {c['detail']}")
+    stages = load_stages(args.stages)
+    for s in stages:
+        print(f"stage {s['stage']:<22} {s['status']:<7} {s['seconds']:6.1f} s  {s['detail']}")
+    failed = [r["config"] for r in results if r.get("error") or r.get("problems")]
+    failed_stages = [s["stage"] for s in stages if s["status"] == "FAILED"]
+    outputs_differ = [line for ok, line in checks if not ok and "output equals" in line]
+    bars_missed = [line for ok, line in checks if not ok and "output equals" not in line]
+    failed_checks = [c["check"] for c in contract if c["status"] == "FAILED"]
+    verdict = not (failed or failed_stages or failed_checks or outputs_differ or
+                   (args.strict and bars_missed))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({"results": results,
+            json.dump({"verdict": "PASS" if verdict else "FAIL", "stages": stages,
+                       "contract": contract,
+                       "results": results,
                        "bars": [{"ok": ok, "check": line} for ok, line in checks]},
                       out, indent=1)
-    failed = [r["config"] for r in results if r.get("error")]
     if failed:
         print(f"gpu_workload: FAILED runs: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    if args.strict and not all(ok for ok, _ in checks):
-        return 1
-    return 0
+    if failed_stages:
+        print(f"gpu_workload: FAILED stages: {', '.join(failed_stages)}", file=sys.stderr)
+    if failed_checks:
+        print(f"gpu_workload: FAILED contract checks: {', '.join(failed_checks)}",
+              file=sys.stderr)
+    if outputs_differ:
+        print("gpu_workload: outputs differ from native's", file=sys.stderr)
+    print(f"gpu-check: VERDICT: {'PASS' if verdict else 'FAIL'} ({len(bars_missed)} bars "
+          "missed)")
+    return 0 if verdict else 1
 
 
 def main(argv=None):
@@ -331,26 +408,35 @@ def main(argv=None):
     r = sub.add_parser("run", help="run the workload under one configuration")
     r.add_argument("--config", required=True, choices=sorted(CONFIGS))
     r.add_argument("--out", required=True)
-    r.add_argument("--iterations", type=int, default=6)
-    r.add_argument("--warmup", type=int, default=2)
-    r.add_argument("--steps", type=int, default=4, help="model calls per iteration")
+    r.add_argument("--iterations", type=int, default=20, help="timed iterations per shape")
+    r.add_argument("--warmup", type=int, default=2, help="warm-up iterations per shape")
     r.add_argument("--cpu-smoke", action="store_true")
+    w = sub.add_parser("row", help="print one result file as a table row")
+    w.add_argument("file", nargs="?")
+    w.add_argument("--header", action="store_true")
     t = sub.add_parser("table", help="print the table of result files")
-    t.add_argument("files", nargs="+")
+    t.add_argument("files", nargs="*")
     t.add_argument("--json")
+    t.add_argument("--stages")
+    t.add_argument("--contract", action="append", help="a gpu_contract.py result (repeatable)")
     t.add_argument("--strict", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "run":
-        if args.iterations < 1 or args.warmup < 0 or args.steps < 1:
-            parser.error("--iterations and --steps must be >= 1, --warmup >= 0")
+        if args.iterations < 1 or args.warmup < 0:
+            parser.error("--iterations must be >= 1, --warmup >= 0")
         try:
             run(args)
         except BaseException as error:  # pylint: disable=broad-except
-            # Leave a result that says what went wrong, so the table shows the failure.
             with open(args.out, "w", encoding="utf-8") as out:
                 json.dump({"config": args.config, "error": f"{type(error).__name__}: {error}"},
                           out)
             raise
+        return 0
+    if args.command == "row":
+        if args.header:
+            print(format_table([]))
+        if args.file:
+            print(row_of(load_results([args.file])[0]))
         return 0
     return table(args)
 

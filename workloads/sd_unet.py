@@ -61,7 +61,8 @@ SMALL = UNetConfig(block_channels=(32, 64, 64), attention=(True, True, False),
 def timestep_embedding(timesteps, dim):
     """Sinusoidal embedding (cos first, as SD 1.5's flip_sin_to_cos), [batch, dim]."""
     half = dim // 2
-    exponent = -math.log(10000.0) * torch.arange(half, dtype=torch.float32) / half
+    exponent = -math.log(10000.0) * torch.arange(half, dtype=torch.float32,
+                                                 device=timesteps.device) / half
     angles = timesteps.float()[:, None] * torch.exp(exponent)[None, :]
     return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
 
@@ -218,8 +219,10 @@ class UNet(nn.Module):
         return stage[1](x, context) if len(stage) > 1 else x
 
     def forward(self, sample, timesteps, context):
+        # The embedding is computed in fp32 and cast to the weights' dtype (fp16 on a GPU:
+        # scripts/gpu_workload.py); on the CPU's fp32 both casts are no-ops.
         temb = self.time_2(F.silu(self.time_1(
-            timestep_embedding(timesteps, self.cfg.block_channels[0]))))
+            timestep_embedding(timesteps, self.cfg.block_channels[0]).to(sample.dtype))))
         x = self.conv_in(sample)
         skips = [x]
         for layers in self.down:

@@ -1,13 +1,16 @@
 /* sdalloc/torch_shim.h - libsdalloc_torch.so: sdalloc as PyTorch's CUDA allocator.
  *
- * The two functions PyTorch's CUDAPluggableAllocator loads by name, with the exact
- * signatures it calls (torch >= 2.0), and the optional hooks its C++ allocator object takes:
+ * The functions PyTorch's CUDAPluggableAllocator loads by name, with the exact signatures it
+ * calls (torch >= 2.0), and the optional hooks its C++ allocator object takes:
  *
  *     a = torch.cuda.memory.CUDAPluggableAllocator("libsdalloc_torch.so",
- *                                                  "sdalloc_torch_malloc", "sdalloc_torch_free")
+ *                                                  "sdalloc_torch_malloc_raising",
+ *                                                  "sdalloc_torch_free")
+ *     a.allocator().set_record_stream_fn(<address of sdalloc_torch_record_stream>)  # etc.
  *     torch.cuda.memory.change_current_allocator(a)   # before the first CUDA allocation
  *
- * The Python package does this for you: sdalloc.torch.install(mode="pool").
+ * The Python package does this for you: sdalloc.torch.install(mode="pool") (every hook,
+ * and wrappers for the torch.cuda calls no hook reaches; docs/pytorch.md).
  *
  * One pool per device (a CachingPool, created on the device's first allocation), configured
  * once per process, PyTorch-style, from the environment variable SDALLOC_CONF or from
@@ -83,6 +86,19 @@ typedef struct CUstream_st* cudaStream_t;
 SDALLOC_API void* sdalloc_torch_malloc(size_t size, int device,
                                        cudaStream_t stream) SDALLOC_NOEXCEPT;
 
+/* As sdalloc_torch_malloc, but a failure THROWS a C++ exception derived from std::bad_alloc
+ * whose what() is "CUDA out of memory (sdalloc): cannot allocate N bytes on device D: ..."
+ * (out of memory: with sdalloc's request, live, reserved and largest free bytes) or
+ * "sdalloc: cannot allocate ..." (bad configuration, no CUDA). This is the function
+ * sdalloc.torch.install() hands PyTorch: CUDAPluggableAllocator::malloc wraps what the
+ * allocation function returns without a null check, so a nullptr would become a tensor at
+ * address 0 and the first kernel would die with a sticky illegal-address error. PyTorch's
+ * Python bindings turn the exception into a RuntimeError (not torch.cuda.OutOfMemoryError,
+ * which only a c10::OutOfMemoryError, i.e. a library built against torch, produces).
+ * Never hand this one to torch.cuda.MemPool: PyTorch's caching allocator checks for
+ * nullptr there and raises OutOfMemoryError itself. Zero bytes: nullptr, no exception. */
+SDALLOC_API void* sdalloc_torch_malloc_raising(size_t size, int device, cudaStream_t stream);
+
 /* Frees ptr (from sdalloc_torch_malloc on the same device) on stream. `size` is the size
  * PyTorch allocated. A pointer that is not live is reported (message, stderr) and ignored. */
 SDALLOC_API void sdalloc_torch_free(void* ptr, size_t size, int device,
@@ -126,6 +142,28 @@ SDALLOC_API sdalloc_status_t sdalloc_torch_set_memory_fraction(double fraction,
 SDALLOC_API sdalloc_status_t sdalloc_torch_trim(size_t* released) SDALLOC_NOEXCEPT;
 /* The message of this thread's most recent failure in this library, "" if none. */
 SDALLOC_API const char* sdalloc_torch_last_error(void) SDALLOC_NOEXCEPT;
+
+/* Pages the mode:vmm pool of `device` has unmapped since its creation (each waits for the
+ * page's stream; none should happen in a steady-state step); 0 for other pools. */
+SDALLOC_API uint64_t sdalloc_torch_vmm_unmaps(int device) SDALLOC_NOEXCEPT;
+
+/* ---- CUDA graph capture ----------------------------------------------------------------
+ * On a backend:cuda pool every allocation and free first asks cudaStreamIsCapturing (legal
+ * during a capture). An allocation on a capturing stream (or one the runtime cannot tell
+ * about) is refused: nullptr, or for sdalloc_torch_malloc_raising an exception, whose
+ * message points to sdalloc.torch.mempool(), since cudaMalloc, event queries or
+ * synchronisation would invalidate the capture and a graph's memory would be reused after
+ * it. A block freed on a capturing stream is quarantined: kept for the process's life, as
+ * a replay of the graph may still use it. */
+
+/* Bytes quarantined so far (freed during a capture). */
+SDALLOC_API size_t sdalloc_torch_quarantined_bytes(void) SDALLOC_NOEXCEPT;
+
+/* For tests without a GPU: `query` answers whether a stream is capturing (nonzero) in place
+ * of the CUDA runtime, for every backend; NULL restores the runtime (backend:cuda only). */
+typedef int (*sdalloc_torch_capture_query_fn)(cudaStream_t stream);
+SDALLOC_API void sdalloc_torch_set_capture_query_for_testing(sdalloc_torch_capture_query_fn query)
+    SDALLOC_NOEXCEPT;
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -136,6 +136,9 @@ _SHIM_API = {
     "sdalloc_torch_set_memory_fraction": (c_int, [c_double, c_int]),
     "sdalloc_torch_trim": (c_int, [POINTER(c_size_t)]),
     "sdalloc_torch_last_error": (c_char_p, []),
+    "sdalloc_torch_quarantined_bytes": (c_size_t, []),
+    "sdalloc_torch_vmm_unmaps": (c_uint64, [c_int]),
+    # sdalloc_torch_malloc_raising is not bound: its C++ exception cannot cross ctypes.
 }
 
 

@@ -7,11 +7,15 @@
     sdalloc.dump_snapshot("snap.pickle")      # open in pytorch.org/memory_viz
 
 install(**config) is the full replacement (torch >= 2.0): PyTorch's
-CUDAPluggableAllocator loads libsdalloc_torch.so's sdalloc_torch_malloc / sdalloc_torch_free
-and change_current_allocator swaps it in. That is only possible before PyTorch initialises
-its CUDA allocator; install() checks and says so when it is too late. After the swap,
-PyTorch's own memory_stats / memory_snapshot no longer see the memory: use sdalloc.stats(),
-sdalloc.snapshot() and sdalloc.dump_snapshot() instead (same key names and layout).
+CUDAPluggableAllocator loads libsdalloc_torch.so's sdalloc_torch_malloc_raising /
+sdalloc_torch_free and change_current_allocator swaps it in. That is only possible before
+PyTorch initialises its CUDA allocator; install() checks and says so when it is too late.
+A failed allocation raises RuntimeError ("CUDA out of memory (sdalloc): ..." with sdalloc's
+figures) at the allocation, never a tensor at address 0. install() also sets every hook
+PyTorch's allocator object takes (init, empty_cache, set_per_process_memory_fraction,
+record_stream) and replaces torch.cuda.memory_stats / reset_peak_memory_stats /
+memory_snapshot (which CUDAPluggableAllocator does not implement) with the shim pools'
+figures, so memory_allocated() and friends work; hooks() says what was set.
 
 mempool(**config) is the other integration (torch >= 2.5): a torch.cuda.MemPool whose
 segments come from sdalloc, used with `with torch.cuda.use_mem_pool(pool):`; PyTorch keeps
@@ -127,7 +131,7 @@ def _too_late(torch):
             "initialises CUDA.")
 
 
-def _pluggable_allocator(torch):
+def _pluggable_allocator(torch, malloc_name="sdalloc_torch_malloc"):
     memory = torch.cuda.memory
     if not hasattr(memory, "CUDAPluggableAllocator"):
         raise RuntimeError(
@@ -137,8 +141,101 @@ def _pluggable_allocator(torch):
     if not torch.cuda.is_available():
         raise RuntimeError(f"sdalloc.torch: torch {torch.__version__} sees no CUDA device "
                            "(torch.cuda.is_available() is False): there is nothing to replace")
-    return memory.CUDAPluggableAllocator(_native.shim().path, "sdalloc_torch_malloc",
-                                         "sdalloc_torch_free")
+    return memory.CUDAPluggableAllocator(_native.shim().path, malloc_name, "sdalloc_torch_free")
+
+
+# The optional hooks of PyTorch's C++ CUDAPluggableAllocator (its Python binding's set_*_fn
+# methods, which take a function's address) and the shim's function for each.
+_HOOKS = (("set_init_fn", "sdalloc_torch_init"),
+          ("set_reset_fn", "sdalloc_torch_empty_cache"),
+          ("set_memory_fraction_fn", "sdalloc_torch_memory_fraction_hook"),
+          ("set_record_stream_fn", "sdalloc_torch_record_stream"))
+
+
+def _function_address(name):
+    from ctypes import c_void_p, cast  # pylint: disable=import-outside-toplevel
+    return cast(getattr(_native.shim().c, name), c_void_p).value
+
+
+def _install_hooks(allocator):
+    """Sets every hook the allocator object offers; answers the set_*_fn names it lacks."""
+    native = allocator.allocator() if hasattr(allocator, "allocator") else None
+    missing = []
+    for setter, function in _HOOKS:
+        method = getattr(native, setter, None)
+        if callable(method):
+            method(_function_address(function))
+        else:
+            missing.append(setter)
+    return missing
+
+
+def _device_index(torch, device):
+    """torch.cuda's device argument (None, int, str, torch.device) as an index."""
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    index = getattr(torch.device(device) if isinstance(device, str) else device, "index", None)
+    return torch.cuda.current_device() if index is None else int(index)
+
+
+def _shim_memory_stats(torch, device=None):
+    """torch.cuda.memory_stats for the shim: its pool's PyTorch-named figures (an empty dict,
+    as PyTorch's allocator gives, for a device that has not allocated)."""
+    index = _device_index(torch, device)
+    if index not in pools():
+        return {}
+    return dict(sorted(memory_stats(index).items()))
+
+
+def _shim_reset_peak(torch, device=None):
+    index = _device_index(torch, device)
+    found = pools()
+    if index in found:
+        found[index].reset_peak()
+
+
+def _shim_record_stream(tensor, stream):
+    """Tensor.record_stream through the shim: the storage's base pointer (what PyTorch's own
+    allocator records) and the stream's cudaStream_t."""
+    from ctypes import c_void_p  # pylint: disable=import-outside-toplevel
+    storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
+    lib = _native.shim()
+    lib.c.sdalloc_torch_record_stream(c_void_p(storage.data_ptr()),
+                                      c_void_p(stream.cuda_stream or None))
+
+
+def _wrap(owners, name, replacement, wrapped):
+    for owner in owners:
+        if hasattr(owner, name):
+            setattr(owner, name, replacement)
+    wrapped.append(name)
+
+
+def _install_wrappers(torch, missing_hooks):
+    """Replaces the torch calls that no hook reaches, or whose hook this torch lacks, with the
+    shim's; answers their names (docs/pytorch.md lists what changes meaning)."""
+    cuda, memory, wrapped = torch.cuda, torch.cuda.memory, []
+    owners = (cuda, memory)
+    # CUDAPluggableAllocator raises for getDeviceStats / resetPeakStats: memory_allocated,
+    # memory_reserved, max_memory_* and memory_summary all go through memory_stats.
+    _wrap(owners, "memory_stats", lambda device=None: _shim_memory_stats(torch, device),
+          wrapped)
+    _wrap(owners, "reset_peak_memory_stats", lambda device=None: _shim_reset_peak(torch, device),
+          wrapped)
+    from . import snapshot  # pylint: disable=import-outside-toplevel
+    _wrap(owners, "memory_snapshot", lambda *args, **kwargs: snapshot()["segments"], wrapped)
+    if "set_reset_fn" in missing_hooks:
+        _wrap(owners, "empty_cache", lambda: (empty_cache(), None)[1], wrapped)
+    if "set_memory_fraction_fn" in missing_hooks:
+        _wrap(owners, "set_per_process_memory_fraction",
+              lambda fraction, device=None: set_memory_fraction(
+                  fraction, _device_index(torch, device)), wrapped)
+    if "set_record_stream_fn" in missing_hooks:
+        torch.Tensor.record_stream = _shim_record_stream
+        wrapped.append("Tensor.record_stream")
+    return wrapped
 
 
 def install(**config):
@@ -157,8 +254,10 @@ def install(**config):
     reason = _too_late(torch)
     if reason is not None:
         raise RuntimeError(reason)
-    allocator = _pluggable_allocator(torch)
+    # The raising allocation function: PyTorch wraps what it returns without a null check.
+    allocator = _pluggable_allocator(torch, "sdalloc_torch_malloc_raising")
     configure(**config)
+    missing = _install_hooks(allocator)  # before the swap, which calls the init hook
     try:
         torch.cuda.memory.change_current_allocator(allocator)
     except RuntimeError as error:  # e.g. "Can't swap an already initialized allocator"
@@ -167,6 +266,14 @@ def install(**config):
                            "program, before anything initialises CUDA.") from error
     _installed["allocator"] = allocator
     _installed["conf"] = text
+    _installed["hooks"] = tuple(h for h, _ in _HOOKS if h not in missing)
+    _installed["wrapped"] = tuple(_install_wrappers(torch, missing))
+
+
+def hooks():
+    """What install() did beyond the swap: {"hooks": the CUDAPluggableAllocator set_*_fn
+    hooks set, "wrapped": the torch functions replaced by the shim's}."""
+    return {"hooks": _installed.get("hooks", ()), "wrapped": _installed.get("wrapped", ())}
 
 
 def installed():
@@ -337,6 +444,6 @@ def host_tensor(shape, dtype=None, pool=None):
     return torch.utils.dlpack.from_dlpack(source)
 
 
-__all__ = ["install", "installed", "mempool", "configure", "config_text", "conf_string",
+__all__ = ["install", "installed", "hooks", "mempool", "configure", "config_text", "conf_string",
            "has_cuda", "pools", "pool", "memory_stats", "empty_cache", "set_memory_fraction",
            "host_tensor", "step", "begin_step", "end_step", "step_stats", "SdallocError"]

@@ -56,16 +56,21 @@ std::size_t device_memory(int device, const std::string& who) {
   return props.totalGlobalMem;
 }
 
-DeviceGuard::DeviceGuard(int device, const std::string& who) {
-  check(cudaGetDevice(&previous_), who, "cudaGetDevice");
+DeviceGuard::DeviceGuard(int device, const std::string& who, DeviceCalls calls) : calls_(calls) {
+  const cudaError_t rc = calls_.get_device(&previous_);
+  if (is_shutdown(rc)) {
+    (void)cudaGetLastError();
+    return;  // the runtime is going away: the guarded call reports it (see the header)
+  }
+  check(rc, who, "cudaGetDevice");
   if (previous_ != device) {
-    check(cudaSetDevice(device), who, "cudaSetDevice");
+    check(calls_.set_device(device), who, "cudaSetDevice");
     changed_ = true;
   }
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (changed_) (void)cudaSetDevice(previous_);
+  if (changed_) (void)calls_.set_device(previous_);
 }
 
 }  // namespace sdalloc::cuda::detail

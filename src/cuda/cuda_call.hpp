@@ -44,17 +44,26 @@ void require_device(int device, const std::string& who);
 // Total memory of `device` in bytes.
 std::size_t device_memory(int device, const std::string& who);
 
+// The two runtime calls DeviceGuard makes; tests pass fakes (a runtime tearing down).
+struct DeviceCalls {
+  cudaError_t (*get_device)(int* device) = &cudaGetDevice;
+  cudaError_t (*set_device)(int device) = &cudaSetDevice;
+};
+
 // Makes `device` the calling thread's current device until destruction, then restores the
 // previous one. Costs two cheap thread-local runtime calls when the device is already
-// current.
+// current. While the process exits (cudaGetDevice meets is_shutdown()), the guard does
+// nothing and does not throw: the call it guards meets the same error and handles it (a
+// free at exit returns quietly) instead of the guard throwing out of a destructor's path.
 class DeviceGuard {
  public:
-  DeviceGuard(int device, const std::string& who);
+  DeviceGuard(int device, const std::string& who, DeviceCalls calls = {});
   ~DeviceGuard();
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
+  DeviceCalls calls_;
   int previous_ = -1;
   bool changed_ = false;
 };

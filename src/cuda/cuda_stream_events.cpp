@@ -32,9 +32,18 @@ class CudaEventBackend final : public EventBackend {
     if (cudaEventDestroy(native(event)) != cudaSuccess) (void)cudaGetLastError();
   }
 
+  // record and stream_idle make the device current: the default stream (0) is the current
+  // device's, so with two GPUs it would otherwise resolve on whichever device the calling
+  // thread has current. query and synchronize name an event, which knows its device.
   void record(Handle event, Stream stream) override {
-    detail::check(cudaEventRecord(native(event), stream.as_native<CUstream_st>()), who_,
-                  "cudaEventRecord");
+    const detail::DeviceGuard guard(device_, who_);
+    const cudaError_t rc = cudaEventRecord(native(event), stream.as_native<CUstream_st>());
+    // At exit the runtime is gone and no work runs any more: nothing to wait for.
+    if (detail::is_shutdown(rc)) {
+      (void)cudaGetLastError();
+      return;
+    }
+    detail::check(rc, who_, "cudaEventRecord");
   }
 
   bool query(Handle event) override {
@@ -46,14 +55,20 @@ class CudaEventBackend final : public EventBackend {
   }
 
   bool stream_idle(Stream stream) override {
+    const detail::DeviceGuard guard(device_, who_);
     return answer(cudaStreamQuery(stream.as_native<CUstream_st>()), "cudaStreamQuery");
   }
 
  private:
   // cudaSuccess: done; cudaErrorNotReady: still running (an answer, cleared so that it
   // never shows in someone's cudaGetLastError); anything else is an error.
+  // A runtime torn down at exit runs nothing any more: done too.
   bool answer(cudaError_t rc, const char* call) const {
     if (rc == cudaSuccess) return true;
+    if (detail::is_shutdown(rc)) {
+      (void)cudaGetLastError();
+      return true;
+    }
     if (rc == cudaErrorNotReady) {
       (void)cudaGetLastError();
       return false;

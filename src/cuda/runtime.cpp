@@ -41,4 +41,21 @@ int driver_version() {
   return version;
 }
 
+StreamCapture stream_capture(void* stream) noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return StreamCapture::kUnknown;
+  }
+  switch (status) {
+    case cudaStreamCaptureStatusNone:
+      return StreamCapture::kNone;
+    case cudaStreamCaptureStatusActive:
+      return StreamCapture::kActive;
+    case cudaStreamCaptureStatusInvalidated:
+      return StreamCapture::kInvalidated;
+  }
+  return StreamCapture::kUnknown;
+}
+
 }  // namespace sdalloc::cuda

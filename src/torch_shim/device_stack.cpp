@@ -1,6 +1,8 @@
 // device_stack.cpp - building one device's resource stack for the PyTorch shim.
 #include "device_stack.hpp"
 
+#include "counting_virtual_memory.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -24,6 +26,15 @@ namespace sdalloc::torch_shim {
 
 bool built_with_cuda() { return SDALLOC_TORCH_WITH_CUDA != 0; }
 
+bool cuda_stream_capturing(void* stream) noexcept {
+#if SDALLOC_TORCH_WITH_CUDA
+  return cuda::stream_capture(stream) != cuda::StreamCapture::kNone;
+#else
+  (void)stream;
+  return false;
+#endif
+}
+
 std::size_t cap_for(const ShimConfig& config, double fraction, std::size_t total) {
   std::size_t cap = config.capacity;
   if (fraction > 0.0 && total > 0) {
@@ -31,6 +42,11 @@ std::size_t cap_for(const ShimConfig& config, double fraction, std::size_t total
     cap = cap == 0 ? share : std::min(cap, share);
   }
   return cap;
+}
+
+std::uint64_t vmm_unmaps(const sdalloc_pool& pool) {
+  const auto* counting = dynamic_cast<const CountingVirtualMemory*>(pool.virtual_memory.get());
+  return counting == nullptr ? 0 : counting->unmaps();
 }
 
 AdjustableLimitResource* limit_of(sdalloc_pool& pool) {
@@ -57,7 +73,8 @@ std::unique_ptr<sdalloc_pool> make_vm_pool(const ShimConfig& config,
   options.max_physical_bytes =
       cap_for(config, config.memory_fraction,
               config.backend == Backend::kHost ? config.capacity : memory->physical_capacity());
-  return std::make_unique<sdalloc_pool>(std::move(memory), std::move(events), options);
+  return std::make_unique<sdalloc_pool>(std::make_unique<CountingVirtualMemory>(std::move(memory)),
+                                        std::move(events), options);
 }
 
 std::unique_ptr<sdalloc_pool> finish(const ShimConfig& config, Stack stack,
@@ -91,9 +108,17 @@ std::unique_ptr<sdalloc_pool> make_cuda_pool(const ShimConfig& config, int devic
     case Mode::kAsync:
       stack.push_back(std::make_unique<cuda::CudaAsyncResource>(device));
       break;
-    case Mode::kVmm:
-      return make_vm_pool(config, std::make_unique<cuda::CudaVirtualMemory>(device),
+    case Mode::kVmm: {
+      // Unmap waits for the page's own stream, not the whole device (the default): the pool
+      // gives a page up only once the events of its cross-stream frees (record_stream) have
+      // completed, or its stream is idle, so the stream it names is the only work left that
+      // may use the page. A device-wide synchronise per 2 MiB page would stall every stream
+      // whenever a steady-state step moves pages.
+      cuda::CudaVirtualMemoryOptions options;
+      options.unmap_wait = cuda::UnmapWait::kStream;
+      return make_vm_pool(config, std::make_unique<cuda::CudaVirtualMemory>(device, options),
                           std::make_unique<cuda::CudaStreamEvents>(device));
+    }
   }
   const std::size_t total = stack.front()->capacity();
   return finish(config, std::move(stack), std::make_unique<cuda::CudaStreamEvents>(device), total);

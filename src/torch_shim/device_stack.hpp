@@ -15,6 +15,7 @@
 // a device out of range; CudaError (an sdalloc::Error) when CUDA is not usable here.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "adjustable_limit_resource.hpp"
@@ -25,6 +26,10 @@ namespace sdalloc::torch_shim {
 
 bool built_with_cuda();
 
+// Whether `stream` is capturing a CUDA graph (or the runtime cannot tell), for a CUDA build;
+// false in a build without CUDA. Only asked for backend:cuda pools.
+bool cuda_stream_capturing(void* stream) noexcept;
+
 std::unique_ptr<sdalloc_pool> make_device_pool(const ShimConfig& config, int device);
 
 // The cap applied to a device's pool: min(capacity, memory_fraction x total), 0 for none.
@@ -32,6 +37,9 @@ std::unique_ptr<sdalloc_pool> make_device_pool(const ShimConfig& config, int dev
 std::size_t cap_for(const ShimConfig& config, double fraction, std::size_t total);
 
 AdjustableLimitResource* limit_of(sdalloc_pool& pool);
+
+// Pages a mode:vmm pool has unmapped since its creation (0 for other pools).
+std::uint64_t vmm_unmaps(const sdalloc_pool& pool);
 
 // What a memory fraction is a fraction of: the device's memory (the source's capacity), or
 // for backend:host the configured capacity.

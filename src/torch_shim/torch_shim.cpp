@@ -6,8 +6,11 @@
 // a device's first allocation and never destroyed (see the header: PyTorch may free tensors
 // after this library's static destructors would have run).
 //
-// No exception leaves this file: every entry point either goes through the C API (which
-// turns exceptions into statuses) or runs its own body in shim_guarded(). Messages go to a
+// No exception leaves this file but one: sdalloc_torch_malloc_raising throws AllocationError
+// (a std::bad_alloc) for a failed allocation, because PyTorch's CUDAPluggableAllocator wraps
+// whatever its allocation function returns in a DataPtr without a null check. Every other
+// entry point either goes through the C API (which turns exceptions into statuses) or runs
+// its own body in shim_guarded(). Messages go to a
 // per-thread buffer for sdalloc_torch_last_error(); the pointer-returning and void hooks
 // that PyTorch calls also print their first failures to stderr, since PyTorch shows nothing.
 #include "sdalloc/torch_shim.h"
@@ -23,6 +26,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "device_stack.hpp"
 #include "sdalloc/core/errors.hpp"
@@ -49,6 +53,9 @@ struct ShimState {
   std::array<double, kMaxDevices + 1> fractions{};  // set_memory_fraction before creation
   std::array<std::atomic<sdalloc_pool*>, kMaxDevices + 1> pools{};
   std::atomic<int> reports{0};
+  std::atomic<bool> cuda_backend{false};  // the configuration's backend is cuda
+  std::atomic<sdalloc_torch_capture_query_fn> capture_query{nullptr};  // a test's stand-in
+  std::atomic<std::size_t> quarantined_bytes{0};  // freed during a capture, never reused
 };
 
 // Never destroyed: pools must outlive every free PyTorch may make during its own teardown.
@@ -112,6 +119,7 @@ void apply_config(ShimState& s, const char* text) {
     s.config = sdalloc::torch_shim::parse_shim_config(text == nullptr ? "" : text);
     s.config_error.clear();
     s.config_text = sdalloc::torch_shim::format_shim_config(*s.config);
+    s.cuda_backend.store(s.config->backend == sdalloc::torch_shim::Backend::kCuda);
   } catch (const sdalloc::InvalidArgument& e) {
     s.config.reset();
     s.config_error = e.what();
@@ -151,6 +159,32 @@ sdalloc_pool* pool_for(int device) {
   return pool.release();
 }
 
+// ==================================================================== graph capture
+// While a stream captures a CUDA graph the shim must not call cudaMalloc, query events or
+// synchronise (each invalidates the capture), and memory a graph uses must not be handed
+// out again while the graph may replay. Allocations on a capturing stream are refused;
+// a block freed on a capturing stream is quarantined: never freed, so never reused.
+
+bool capturing(cudaStream_t stream) {
+  ShimState& s = state();
+  if (sdalloc_torch_capture_query_fn query = s.capture_query.load(std::memory_order_acquire)) {
+    return query(stream) != 0;
+  }
+  return s.cuda_backend.load(std::memory_order_relaxed) &&
+         sdalloc::torch_shim::cuda_stream_capturing(stream);
+}
+
+std::string capture_refusal(cudaStream_t stream) {
+  char address[32];
+  std::snprintf(address, sizeof address, "%p", static_cast<void*>(stream));
+  return std::string("stream ") + address +
+         " is capturing a CUDA graph, and sdalloc.torch.install() does not serve "
+         "allocations during a capture (a graph's memory would be reused after it, so "
+         "replays would corrupt live tensors). For torch.cuda.graph or torch.compile("
+         "mode=\"reduce-overhead\"), keep PyTorch's allocator and give sdalloc its segments "
+         "through sdalloc.torch.mempool() instead";
+}
+
 }  // namespace
 
 // ==================================================================== allocator
@@ -165,14 +199,48 @@ void* sdalloc_torch_malloc(std::size_t size, int device, cudaStream_t stream) no
     report("allocation failed");
     return nullptr;
   }
+  if (capturing(stream)) {  // refused: the raising variant's exception says why
+    set_error(__func__, capture_refusal(stream));
+    return nullptr;
+  }
   void* ptr = nullptr;
   const sdalloc_status_t status = sdalloc_malloc(pool, size, stream, &ptr);
   if (status != SDALLOC_SUCCESS) {
-    // Out of memory is PyTorch's to report (it raises OutOfMemoryError); no stderr line.
+    // Out of memory is the caller's to report, no stderr line: in a torch.cuda.MemPool,
+    // PyTorch's caching allocator checks for nullptr and raises OutOfMemoryError; the full
+    // replacement uses sdalloc_torch_malloc_raising, which throws.
     status_from_error(__func__, sdalloc_last_error(), status);
     return nullptr;
   }
   return ptr;
+}
+
+namespace {
+
+// What sdalloc_torch_malloc_raising throws: derived from std::bad_alloc (as RMM's torch
+// allocator does), so PyTorch's handlers (catch std::exception) turn it into a Python
+// RuntimeError carrying what(). Its type_info is this library's own, but a catch of a base
+// class goes through libstdc++'s std::bad_alloc, which every library shares.
+class AllocationError final : public std::bad_alloc {
+ public:
+  explicit AllocationError(std::string message) : message_(std::move(message)) {}
+  [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
+}  // namespace
+
+void* sdalloc_torch_malloc_raising(std::size_t size, int device, cudaStream_t stream) {
+  void* ptr = sdalloc_torch_malloc(size, device, stream);
+  if (ptr != nullptr || size == 0) return ptr;
+  // "out of memory" leads for OOM, as in PyTorch's own message, so code that matches on it
+  // (retry with a smaller batch) keeps working; the C API's message carries the figures.
+  const bool oom = std::strstr(t_last_error, "out of memory") != nullptr;
+  throw AllocationError(std::string(oom ? "CUDA out of memory (sdalloc): " : "sdalloc: ") +
+                        "cannot allocate " + std::to_string(size) + " bytes on device " +
+                        std::to_string(device) + ": " + t_last_error);
 }
 
 void sdalloc_torch_free(void* ptr, std::size_t /*size*/, int device, cudaStream_t stream) noexcept {
@@ -186,6 +254,13 @@ void sdalloc_torch_free(void* ptr, std::size_t /*size*/, int device, cudaStream_
                             " has no sdalloc pool, so the pointer cannot be one of its "
                             "allocations; ignored");
     report("free ignored");
+    return;
+  }
+  if (capturing(stream)) {
+    // A graph captured on this stream may still use the block in its replays: keep it.
+    std::size_t bytes = 0;
+    (void)sdalloc_allocation_size(pool, ptr, &bytes);
+    state().quarantined_bytes.fetch_add(bytes, std::memory_order_relaxed);
     return;
   }
   const sdalloc_status_t status = sdalloc_free(pool, ptr, stream);
@@ -314,3 +389,19 @@ sdalloc_status_t sdalloc_torch_trim(std::size_t* released) noexcept {
 }
 
 const char* sdalloc_torch_last_error(void) noexcept { return t_last_error; }
+
+// ==================================================================== testing
+
+void sdalloc_torch_set_capture_query_for_testing(sdalloc_torch_capture_query_fn query) noexcept {
+  state().capture_query.store(query, std::memory_order_release);
+}
+
+size_t sdalloc_torch_quarantined_bytes(void) noexcept {
+  return state().quarantined_bytes.load(std::memory_order_relaxed);
+}
+
+uint64_t sdalloc_torch_vmm_unmaps(int device) noexcept {
+  if (device < kMinDevice || device >= kMaxDevices) return 0;
+  const sdalloc_pool* pool = state().pools[std::size_t(slot_of(device))].load();
+  return pool == nullptr ? 0 : sdalloc::torch_shim::vmm_unmaps(*pool);
+}

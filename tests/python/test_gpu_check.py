@@ -29,24 +29,48 @@ def write_result(directory, config, reserved_mib, allocated_mib, ms):
     return str(path)
 
 
-def test_dry_run_lists_every_step_and_runs_nothing(tmp_path):
+def write_result(directory, config, reserved_mib, allocated_mib, ms, fingerprint=None):
+    path = directory / f"{config}.json"
+    path.write_text(json.dumps({
+        "config": config, "peak_reserved_bytes": reserved_mib * MiB,
+        "peak_allocated_bytes": allocated_mib * MiB, "device_peak_bytes": reserved_mib * MiB,
+        "time_per_iteration_s": ms / 1000, "problems": [],
+        "output_fingerprint": fingerprint or {"sum": 1.0, "abs_sum": 10.0, "first": []},
+        "per_shape": [{"shape": [2, 4, 64, 64], "median_s": ms / 1000},
+                      {"shape": [2, 4, 96, 96], "median_s": 2 * ms / 1000}]}))
+    return str(path)
+
+
+def test_dry_run_shows_every_stage_with_a_budget_within_the_deadline(tmp_path):
     out = tmp_path / "out"
     result = run([str(CHECK), "--dry-run", "--out", str(out)])
     assert result.returncode == 0, result.stderr
     text = result.stdout
-    assert "-DSDALLOC_WITH_CUDA=ON" in text
-    assert "sdalloc_cuda_tests" in text
-    for config in ("native", "expandable", "async", "sdalloc-pool", "sdalloc-async",
-                   "sdalloc-vmm", "sdalloc-planned"):
-        assert f"--config {config} " in text
-    assert f"--json {out}/gpu-check.json" in text
+    budgets = {}
+    for line in text.splitlines():
+        if line.startswith("stage "):
+            name, seconds = line.split()[1], int(line.split()[3])
+            budgets[name] = seconds
+    expected = ["preflight", "cuda-tests", "contract", "mempool"] + [
+        f"run:{c}" for c in ("native", "expandable", "async", "sdalloc-pool", "sdalloc-async",
+                             "sdalloc-vmm", "sdalloc-planned")] + ["table"]
+    assert list(budgets) == expected, list(budgets)
+    assert all(0 < b <= 60 for b in budgets.values()), budgets   # 60 s per run at most
+    assert sum(budgets.values()) <= 8 * 60
+    assert f"total budget {sum(budgets.values())} s of the 480 s deadline" in text
+    assert f"would write {out}/gpu-check.json and {out}/gpu-check.log" in text
     assert not out.exists()
+    smoke = run([str(CHECK), "--dry-run", "--cpu-smoke"])
+    assert "cuda-tests" not in smoke.stdout and "stage contract" in smoke.stdout
+    tight = run([str(CHECK), "--dry-run", "--deadline", "100"])
+    assert tight.returncode == 1 and "exceed the deadline (100 s)" in tight.stderr
 
 
 def test_bad_arguments_are_refused_with_a_reason():
     for args, message in ((["--configs", "native,bogus"], "unknown configuration 'bogus'"),
                           (["--iterations", "0"], "--iterations needs a positive integer"),
                           (["--out"], "--out needs a directory"),
+                          (["--deadline", "x"], "--deadline needs a positive integer"),
                           (["--frobnicate"], "unknown argument '--frobnicate'")):
         result = run([str(CHECK), "--dry-run"] + args)
         assert result.returncode == 1, args
@@ -55,31 +79,60 @@ def test_bad_arguments_are_refused_with_a_reason():
     assert result.returncode == 0 and "--cpu-smoke" in result.stdout
 
 
-def test_table_is_aligned_and_judges_the_bars(tmp_path):
+def test_table_is_aligned_and_judges_the_bars_per_shape(tmp_path):
     files = [write_result(tmp_path, "native", 3000, 2000, 50.0),
              write_result(tmp_path, "expandable", 2500, 2000, 50.0),
              write_result(tmp_path, "sdalloc-pool", 2400, 2000, 51.0),
-             write_result(tmp_path, "sdalloc-async", 2600, 2000, 60.0)]
+             write_result(tmp_path, "sdalloc-async", 2600, 2000, 60.0,
+                          {"sum": 1.5, "abs_sum": 10.0, "first": []})]
     json_path = tmp_path / "table.json"
     result = run([sys.executable, str(WORKLOAD), "table"] + files + ["--json", str(json_path)])
-    assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["config", "peak", "reserved", "MiB", "peak", "allocated", "MiB",
-                                "ms/iteration", "status"]
-    table = lines[2:6]
-    assert len({len(line) for line in lines[:6]}) <= 2  # right-aligned columns
-    assert table[0].split()[:4] == ["native", "3000.0", "2000.0", "50.00"]
+    assert lines[0].split()[:3] == ["config", "reserved", "MiB"]
+    assert len({len(line) for line in lines[2:6]}) == 1  # fixed-width columns
+    assert lines[2].split()[:6] == ["native", "3000.0", "2000.0", "3000.0", "50.00", "100.00"]
     assert "PASS  sdalloc-pool: peak reserved 2400.0 MiB < native 3000.0 MiB" in result.stdout
     assert "PASS  sdalloc-pool: peak reserved 2400.0 MiB <= expandable 2500.0 MiB" in result.stdout
-    assert "PASS  sdalloc-pool: time per iteration 1.020 x expandable's" in result.stdout
-    assert "MISS  sdalloc-async: peak reserved 2600.0 MiB <= expandable" in result.stdout
-    assert "MISS  sdalloc-async: time per iteration 1.200 x" in result.stdout
+    assert "PASS  sdalloc-pool: time at 64x64 1.020 x expandable's" in result.stdout
+    assert "PASS  sdalloc-pool: time at 96x96 1.020 x expandable's" in result.stdout
+    assert "MISS  sdalloc-async: time at 96x96 1.200 x" in result.stdout
+    assert "PASS  sdalloc-pool: output equals native's" in result.stdout
+    assert "MISS  sdalloc-async: output equals native's" in result.stdout
+    # A different output fails the verdict even without --strict; the bars alone do not.
+    assert result.returncode == 1 and "gpu-check: VERDICT: FAIL" in result.stdout
     written = json.loads(json_path.read_text())
+    assert written["verdict"] == "FAIL"
     assert [r["config"] for r in written["results"]] == ["native", "expandable", "sdalloc-pool",
                                                          "sdalloc-async"]
-    assert sum(1 for bar in written["bars"] if not bar["ok"]) == 2
-    strict = run([sys.executable, str(WORKLOAD), "table", "--strict"] + files)
+    relaxed = run([sys.executable, str(WORKLOAD), "table"] + files[:3])
+    assert relaxed.returncode == 0 and "VERDICT: PASS" in relaxed.stdout
+    strict = run([sys.executable, str(WORKLOAD), "table", "--strict", files[0], files[1],
+                  write_result(tmp_path, "sdalloc-vmm", 2600, 2000, 50.0)])
     assert strict.returncode == 1
+
+
+def test_problems_stages_and_contract_checks_fail_the_verdict(tmp_path):
+    good = write_result(tmp_path, "native", 100, 50, 5.0)
+    planned = tmp_path / "sdalloc-planned.json"
+    data = json.loads(Path(write_result(tmp_path, "sdalloc-planned", 90, 50, 5.0)).read_text())
+    data["problems"] = ["2 divergent steps (want 0)"]
+    planned.write_text(json.dumps(data))
+    stages = tmp_path / "stages.tsv"
+    stages.write_text("preflight\tok\t3\t\ncuda-tests\tFAILED\t4\tskipped CUDA tests\n")
+    contract = tmp_path / "contract.json"
+    contract.write_text(json.dumps({"checks": [
+        {"check": "oom", "status": "ok", "detail": "RuntimeError: CUDA out of memory"},
+        {"check": "record_stream", "status": "FAILED", "detail": "reused"}]}))
+    json_path = tmp_path / "all.json"
+    result = run([sys.executable, str(WORKLOAD), "table", good, str(planned), "--stages",
+                  str(stages), "--contract", str(contract), "--json", str(json_path)])
+    assert result.returncode == 1
+    assert "FAILED: 2 divergent steps (want 0)" in result.stdout
+    assert "FAILED stages: cuda-tests" in result.stderr
+    assert "FAILED contract checks: record_stream" in result.stderr
+    written = json.loads(json_path.read_text())
+    assert written["verdict"] == "FAIL" and len(written["contract"]) == 2
+    assert [s["stage"] for s in written["stages"]] == ["preflight", "cuda-tests"]
 
 
 def test_table_notes_where_a_planned_run_served_its_steps(tmp_path):
@@ -107,6 +160,7 @@ def test_failed_run_is_a_failed_row_and_a_failing_exit(tmp_path):
     result = run([sys.executable, str(WORKLOAD), "table", good, str(broken), missing])
     assert result.returncode == 1
     assert "FAILED: RuntimeError: CUDA out of memory" in result.stdout
+    assert "VERDICT: FAIL" in result.stdout
     assert "FAILED: no result:" in result.stdout
     assert "gpu_workload: FAILED runs: sdalloc-pool, async" in result.stderr
 
@@ -117,28 +171,43 @@ def test_workload_refuses_bad_arguments(tmp_path):
     assert result.returncode == 2 and "invalid choice: 'nope'" in result.stderr
     result = run([sys.executable, str(WORKLOAD), "run", "--config", "native", "--out",
                   str(tmp_path / "x.json"), "--iterations", "0"])
-    assert result.returncode == 2 and "--iterations and --steps must be >= 1" in result.stderr
+    assert result.returncode == 2 and "--iterations must be >= 1" in result.stderr
 
 
-def test_cpu_smoke_runs_the_real_workload_end_to_end(torch, tmp_path):  # pylint: disable=unused-argument
+def test_cpu_smoke_runs_the_contract_and_the_workload_end_to_end(torch, tmp_path):  # pylint: disable=unused-argument
     out = tmp_path / "smoke"
     result = run([str(CHECK), "--cpu-smoke", "--configs", "native,sdalloc-pool,sdalloc-planned",
                   "--out", str(out)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "gpu_workload: native: 1 iterations" in result.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-check.json", "gpu-check.log"]
+    assert "gpu_contract: oom            ok" in result.stdout
+    assert "gpu-check: VERDICT: PASS" in result.stdout
+    # Rows are printed as runs finish, before the results section.
+    rows_at = result.stdout.index("sdalloc-pool ")
+    assert rows_at < result.stdout.index("==== gpu-check: results")
     data = json.loads((out / "gpu-check.json").read_text())
+    assert data["verdict"] == "PASS"
+    assert [c["check"] for c in data["contract"]] == ["oom", "record_stream", "empty_cache",
+                                                      "graph"]
     assert [r["config"] for r in data["results"]] == ["native", "sdalloc-pool",
                                                       "sdalloc-planned"]
-    # On the CPU torch's tensors do not reach the shim: the one step (an iteration) ran on
-    # the shim's host planned pool and held no allocations, so it planned nothing.
     planned = data["results"][2]
     assert "mode:planned" in planned["sdalloc_conf"]
-    assert planned["step_stats"]["recorded_steps"] == 1
-    assert planned["step_stats"]["planned_allocations"] == 0
     assert planned["step_stats"]["divergent_steps"] == 0
-    assert "ok; steps: 0 planned, 0 kept, 0 fallback allocations" in result.stdout
     for r in data["results"]:
         assert r["cpu_smoke"] is True and r["time_per_iteration_s"] > 0
-        assert r["parameters"] > 0 and r["shapes"] == [[1, 4, 16, 16], [2, 4, 24, 24]]
+        assert r["parameters"] > 0 and r["shapes"] == [[2, 4, 8, 8], [2, 4, 16, 16]]
+        assert [s["iterations"] for s in r["per_shape"]] == [1, 1]
         assert r["peak_reserved_bytes"] is None  # no device memory on the CPU
-    assert (out / "native.log").exists()
+    assert "==== run:native" in (out / "gpu-check.log").read_text()
+
+
+def test_the_deadline_cuts_runs_short_and_the_table_still_prints(torch, tmp_path):  # pylint: disable=unused-argument
+    out = tmp_path / "late"
+    result = run([str(CHECK), "--cpu-smoke", "--deadline", "16", "--configs",
+                  "native,sdalloc-pool,sdalloc-vmm", "--out", str(out)])
+    assert result.returncode == 1
+    assert "not run: the overall deadline (16 s) is reached" in result.stdout
+    assert "gpu-check: VERDICT: FAIL" in result.stdout
+    data = json.loads((out / "gpu-check.json").read_text())
+    assert any(s["status"] == "FAILED" for s in data["stages"])

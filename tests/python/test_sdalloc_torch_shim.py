@@ -299,7 +299,10 @@ def test_vmm_mode_serves_from_virtual_memory_and_says_what_it_lacks(libraries):
     c.sdalloc_torch_free(a, 5 * MiB, 0, None)
     c.sdalloc_torch_free(b, 1000, 0, c_void_p(0x77))
     assert sdalloc.stats(device=0)["allocation.all.current"] == 0
+    before = c.sdalloc_torch_vmm_unmaps(0)
     st.empty_cache()
+    assert c.sdalloc_torch_vmm_unmaps(0) > before, (before, c.sdalloc_torch_vmm_unmaps(0))
+    assert c.sdalloc_torch_vmm_unmaps(7) == 0           # no pool there
     # A fraction set before device 1's pool exists caps it: half of 64 MiB.
     st.set_memory_fraction(0.5, 1)
     assert c.sdalloc_torch_malloc(40 * MiB, 1, None) is None
@@ -347,9 +350,111 @@ def test_install_hands_pytorch_the_shim_and_its_two_functions(torch):  # pylint:
     print(calls)
     assert calls[-1] == ("swap", "FakePluggable")
     assert calls[1][1] == _native.shim().path
-    assert calls[1][2:] == ("sdalloc_torch_malloc", "sdalloc_torch_free")
+    assert calls[1][2:] == ("sdalloc_torch_malloc_raising", "sdalloc_torch_free")
     assert st.config_text().startswith("backend:host,mode:pool")
     """))
     assert "refused -> sdalloc.torch.install() was called too late: PyTorch refused" in \
         result.stdout
     assert "other settings -> sdalloc.torch.install(): already installed with" in result.stdout
+
+
+# PyTorch's side for the hook tests: a CUDAPluggableAllocator whose allocator() object has
+# (or lacks) the set_*_fn methods of PyTorch's binding, which take a function's address.
+FAKE_TORCH = """
+    import ctypes, torch, sdalloc, sdalloc.torch as st
+    from ctypes import c_void_p, c_int, c_double, CFUNCTYPE
+    from sdalloc import _native
+    MiB = 1 << 20
+    set_hooks = {}
+    class FakeNative:
+        pass
+    def setter(name):
+        return lambda address: set_hooks.__setitem__(name, address)
+    class FakePluggable:
+        def __init__(self, path, malloc_name, free_name):
+            self.native = FakeNative()
+            if WITH_HOOKS:
+                for name in ("set_init_fn", "set_reset_fn", "set_memory_fraction_fn",
+                             "set_record_stream_fn"):
+                    setattr(self.native, name, setter(name))
+        def allocator(self):
+            return self.native
+    swapped = []
+    torch.cuda.is_available = lambda: True
+    torch.cuda.is_initialized = lambda: False
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.memory.CUDAPluggableAllocator = FakePluggable
+    torch.cuda.memory.change_current_allocator = lambda a: swapped.append(dict(set_hooks))
+    st.install(backend="host", capacity="64MiB")
+    lib = _native.shim()
+    c = lib.c
+"""
+
+
+def test_install_sets_every_hook_before_the_swap_and_wraps_the_stats(torch):  # pylint: disable=unused-argument
+    check(run_python("\n    WITH_HOOKS = True" + FAKE_TORCH + """
+    names = ("set_init_fn", "set_reset_fn", "set_memory_fraction_fn", "set_record_stream_fn")
+    assert swapped == [set_hooks] and sorted(set_hooks) == sorted(names), (swapped, set_hooks)
+    assert st.hooks()["hooks"] == names, st.hooks()
+    # Each address is the shim's function: call them as PyTorch would.
+    init = CFUNCTYPE(None, c_int)(set_hooks["set_init_fn"])
+    reset = CFUNCTYPE(None)(set_hooks["set_reset_fn"])
+    fraction = CFUNCTYPE(None, c_double, c_int)(set_hooks["set_memory_fraction_fn"])
+    record = CFUNCTYPE(None, c_void_p, c_void_p)(set_hooks["set_record_stream_fn"])
+    init(1)
+    p = c.sdalloc_torch_malloc(4 * MiB, 0, None)
+    record(p, c_void_p(0x99))
+    assert c.sdalloc_torch_last_error() == b"", c.sdalloc_torch_last_error()
+    record(c_void_p(0x10), c_void_p(0x99))
+    assert b"not a live allocation" in c.sdalloc_torch_last_error()
+    # torch.cuda's statistics now answer the shim pool's figures instead of raising.
+    assert torch.cuda.memory_allocated(0) == 4 * MiB, torch.cuda.memory_allocated(0)
+    assert torch.cuda.memory_stats(0)["allocation.all.current"] == 1
+    assert torch.cuda.memory_reserved() >= 4 * MiB          # device None: the current one
+    assert torch.cuda.memory_stats(5) == {}                 # a device that never allocated
+    c.sdalloc_torch_free(p, 4 * MiB, 0, None)
+    assert torch.cuda.max_memory_allocated(0) == 4 * MiB
+    torch.cuda.reset_peak_memory_stats(0)
+    assert torch.cuda.max_memory_allocated(0) == 0, torch.cuda.max_memory_allocated(0)
+    reset()                                                 # torch.cuda.empty_cache's hook
+    assert torch.cuda.memory_reserved(0) == 0
+    fraction(0.25, 0)                                       # set_per_process_memory_fraction
+    assert c.sdalloc_torch_malloc(20 * MiB, 0, None) is None
+    assert isinstance(torch.cuda.memory_snapshot(), list)
+    assert "memory_stats" in st.hooks()["wrapped"] and "empty_cache" not in st.hooks()["wrapped"]
+    print("ok")
+    """))
+
+
+def test_install_wraps_the_torch_calls_whose_hooks_this_torch_lacks(torch):  # pylint: disable=unused-argument
+    check(run_python("\n    WITH_HOOKS = False" + FAKE_TORCH + """
+    assert st.hooks()["hooks"] == ()
+    wrapped = st.hooks()["wrapped"]
+    for name in ("empty_cache", "set_per_process_memory_fraction", "Tensor.record_stream",
+                 "memory_stats", "reset_peak_memory_stats"):
+        assert name in wrapped, wrapped
+    p = c.sdalloc_torch_malloc(4 * MiB, 0, None)
+    class Storage:
+        def __init__(self, ptr): self.ptr = ptr
+        def data_ptr(self): return self.ptr
+    class Tensor:
+        def __init__(self, ptr): self.storage_ = Storage(ptr)
+        def untyped_storage(self): return self.storage_
+    class Stream:
+        cuda_stream = 0x99
+    torch.Tensor.record_stream(Tensor(p), Stream())        # the storage's base pointer
+    assert c.sdalloc_torch_last_error() == b"", c.sdalloc_torch_last_error()
+    torch.Tensor.record_stream(Tensor(0x10), Stream())
+    assert b"not a live allocation" in c.sdalloc_torch_last_error()
+    c.sdalloc_torch_free(p, 4 * MiB, 0, None)
+    assert torch.cuda.memory_reserved(0) > 0
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved(0) == 0
+    torch.cuda.set_per_process_memory_fraction(0.25, 0)
+    assert c.sdalloc_torch_malloc(20 * MiB, 0, None) is None
+    torch.cuda.set_per_process_memory_fraction(1.0, torch.device("cuda", 0))
+    q = c.sdalloc_torch_malloc(20 * MiB, 0, None)
+    assert q
+    c.sdalloc_torch_free(q, 20 * MiB, 0, None)
+    print("ok")
+    """))

@@ -30,4 +30,14 @@ std::string unavailable_reason();
 int runtime_version();
 int driver_version();
 
+// Whether a stream (a cudaStream_t, passed as void* so callers need no CUDA header) is
+// capturing a CUDA graph, from cudaStreamIsCapturing, which is legal during a capture.
+// While a stream captures, cudaMalloc, cudaEventQuery, cudaStreamQuery and device-wide
+// synchronisation invalidate the capture, and memory a graph uses must not be reused while
+// the graph lives: an allocator asks this before serving a stream. kUnknown: the runtime
+// cannot tell (e.g. cudaErrorStreamCaptureImplicit, the legacy stream while another stream
+// captures in global mode), which callers must treat as capturing. Never throws.
+enum class StreamCapture { kNone, kActive, kInvalidated, kUnknown };
+StreamCapture stream_capture(void* stream) noexcept;
+
 }  // namespace sdalloc::cuda

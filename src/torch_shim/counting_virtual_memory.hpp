@@ -1,0 +1,47 @@
+// counting_virtual_memory.hpp - a VirtualMemory that forwards every call to another and
+// counts the unmaps, so the shim can say how often a mode:vmm pool moves pages (each unmap
+// waits for work that may still use the page; gpu-check counts them in timed iterations).
+//
+// Invariant: behaviour is exactly the inner object's; only unmaps() is added.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "sdalloc/core/virtual_memory.hpp"
+
+namespace sdalloc::torch_shim {
+
+class CountingVirtualMemory final : public VirtualMemory {
+ public:
+  explicit CountingVirtualMemory(std::unique_ptr<VirtualMemory> inner) : inner_(std::move(inner)) {}
+
+  [[nodiscard]] std::size_t granularity() const override { return inner_->granularity(); }
+  void* reserve(std::size_t bytes, std::size_t alignment) override {
+    return inner_->reserve(bytes, alignment);
+  }
+  void release(void* base, std::size_t bytes) override { inner_->release(base, bytes); }
+  PhysicalChunk create(std::size_t bytes) override { return inner_->create(bytes); }
+  void destroy(PhysicalChunk chunk) override { inner_->destroy(chunk); }
+  void map(void* address, PhysicalChunk chunk) override { inner_->map(address, chunk); }
+  void unmap(void* address, std::size_t bytes, Stream last_use) override {
+    inner_->unmap(address, bytes, last_use);
+    unmaps_.fetch_add(1, std::memory_order_relaxed);
+  }
+  [[nodiscard]] std::size_t physical_capacity() const override {
+    return inner_->physical_capacity();
+  }
+  [[nodiscard]] std::string name() const override { return inner_->name(); }
+
+  [[nodiscard]] std::uint64_t unmaps() const { return unmaps_.load(std::memory_order_relaxed); }
+
+ private:
+  std::unique_ptr<VirtualMemory> inner_;
+  std::atomic<std::uint64_t> unmaps_{0};
+};
+
+}  // namespace sdalloc::torch_shim

@@ -1,0 +1,110 @@
+// shim_library_test.cpp - libsdalloc_torch.so as PyTorch calls it: the raising allocation
+// function (through a std::function over the pointer, as CUDAPluggableAllocator stores it)
+// and the refusal of a stream that is capturing a CUDA graph (a fake capture query stands
+// in for cudaStreamIsCapturing).
+//
+// The shim's configuration is per process and fixed by the first allocation, so the tests
+// run in this order: a bad configuration first (no pool exists yet), then a good one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sdalloc/torch_shim.h"
+
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+// The allocation function as PyTorch stores it (CUDAPluggableAllocator's alloc_fn_).
+const std::function<void*(std::size_t, int, cudaStream_t)> kAllocFn = sdalloc_torch_malloc_raising;
+
+std::string message_of(std::size_t size, int device) {
+  try {
+    void* ptr = kAllocFn(size, device, nullptr);
+    ADD_FAILURE() << "no exception, got " << ptr;
+  } catch (const std::bad_alloc& e) {  // the base PyTorch's std::exception handler sees
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TorchShimMallocRaising, BadConfigurationThrowsNamingTheKey) {
+  ASSERT_NE(sdalloc_torch_configure("backend:host,mode:bogus"), SDALLOC_SUCCESS);
+  const std::string message = message_of(100, 0);
+  EXPECT_NE(message.find("sdalloc: cannot allocate 100 bytes on device 0"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("mode must be"), std::string::npos) << message;
+  EXPECT_EQ(message.find("out of memory"), std::string::npos) << message;
+}
+
+TEST(TorchShimMallocRaising, OutOfMemoryThrowsABadAllocWithSdallocsFigures) {
+  ASSERT_EQ(sdalloc_torch_configure("backend:host,capacity:8MiB"), SDALLOC_SUCCESS);
+  void* held = kAllocFn(3 * kMiB, 0, nullptr);
+  ASSERT_NE(held, nullptr);
+  const std::string message = message_of(16 * kMiB, 0);
+  EXPECT_EQ(message.rfind("CUDA out of memory (sdalloc): cannot allocate 16777216 bytes on "
+                          "device 0: ",
+                          0),
+            0U)
+      << message;
+  for (const char* figure : {"16777216", "live", "reserved", "largest free"}) {
+    EXPECT_NE(message.find(figure), std::string::npos) << figure << " in: " << message;
+  }
+  // Catchable as std::exception too (PyTorch's last handler turns it into RuntimeError).
+  EXPECT_THROW(kAllocFn(16 * kMiB, 0, nullptr), std::exception);
+  // The pool is intact after the throw: the held block frees, and a fitting request works.
+  sdalloc_torch_free(held, 3 * kMiB, 0, nullptr);
+  void* fits = kAllocFn(6 * kMiB, 0, nullptr);
+  EXPECT_NE(fits, nullptr);
+  sdalloc_torch_free(fits, 6 * kMiB, 0, nullptr);
+  EXPECT_EQ(kAllocFn(0, 0, nullptr), nullptr);  // zero bytes: nullptr, no exception
+}
+
+// A stream the fake capture query says is capturing.
+cudaStream_t capturing_stream() { return reinterpret_cast<cudaStream_t>(0xC0); }
+int fake_capture_query(cudaStream_t stream) { return stream == capturing_stream() ? 1 : 0; }
+
+TEST(TorchShimGraphCapture, ACapturingStreamIsRefusedAndItsFreesAreNeverReused) {
+  (void)sdalloc_torch_configure("backend:host,capacity:8MiB");  // fixed already if run after
+  const cudaStream_t other = reinterpret_cast<cudaStream_t>(0x51);
+  void* before = kAllocFn(kMiB, 0, other);  // made before the capture, freed during it
+  ASSERT_NE(before, nullptr);
+  sdalloc_torch_set_capture_query_for_testing(fake_capture_query);
+
+  std::string message;
+  try {
+    kAllocFn(kMiB, 0, capturing_stream());
+    ADD_FAILURE() << "served a capturing stream";
+  } catch (const std::bad_alloc& e) {
+    message = e.what();
+  }
+  for (const char* part :
+       {"is capturing a CUDA graph", "sdalloc.torch.mempool()", "reduce-overhead"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  }
+  EXPECT_EQ(sdalloc_torch_malloc(kMiB, 0, capturing_stream()), nullptr);  // MemPool's path
+  EXPECT_NE(std::string(sdalloc_torch_last_error()).find("capturing a CUDA graph"),
+            std::string::npos);
+
+  const std::size_t quarantined = sdalloc_torch_quarantined_bytes();
+  sdalloc_torch_free(before, kMiB, 0, capturing_stream());
+  EXPECT_GE(sdalloc_torch_quarantined_bytes(), quarantined + kMiB);
+  sdalloc_torch_set_capture_query_for_testing(nullptr);  // the capture is over
+
+  // Other streams are served as before, and never get the quarantined block back.
+  std::vector<void*> after;
+  for (int i = 0; i < 4; ++i) {
+    void* ptr = kAllocFn(kMiB, 0, other);
+    ASSERT_NE(ptr, nullptr);
+    after.push_back(ptr);
+  }
+  EXPECT_EQ(std::find(after.begin(), after.end(), before), after.end());
+  for (void* ptr : after) sdalloc_torch_free(ptr, kMiB, 0, other);
+}
+
+}  // namespace
