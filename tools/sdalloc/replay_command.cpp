@@ -1,5 +1,6 @@
 // `sdalloc replay` (replay_command.hpp).
 #include "replay_command.hpp"
+#include "command_line.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -13,17 +14,6 @@
 
 namespace sdalloc::tools {
 namespace {
-
-std::vector<std::string> split_list(const std::string& list) {
-  std::vector<std::string> items;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', start), list.size());
-    if (comma > start) items.push_back(list.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return items;
-}
 
 // "out.json" for the first trace, "out-2.json" for the second...
 std::string numbered_path(const std::string& path, std::size_t index) {

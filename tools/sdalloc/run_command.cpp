@@ -1,5 +1,6 @@
 // `sdalloc run` (run_command.hpp).
 #include "run_command.hpp"
+#include "command_line.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,20 +9,7 @@
 #include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::tools {
-namespace {
-
-std::vector<std::string> split_list(const std::string& list) {
-  std::vector<std::string> items;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', start), list.size());
-    if (comma > start) items.push_back(list.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return items;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void RunCommand::add_to(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <vector>
 
+#include "json_file.hpp"
 #include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::replay {
@@ -108,10 +109,7 @@ nlohmann::json to_json(const ReplayRun& run) {
 }
 
 void write_json(const ReplayRun& run, const std::string& path) {
-  std::ofstream out(path);
-  if (out) out << to_json(run).dump(2) << "\n";
-  out.flush();
-  if (!out) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  tools::write_json_file(to_json(run), path);
 }
 
 }  // namespace sdalloc::replay

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "json_file.hpp"
 #include "sdalloc/core/errors.hpp"
 
 namespace sdalloc::run {
@@ -238,10 +239,7 @@ nlohmann::json run_to_json(const RunReport& report) {
 }
 
 void write_run_json(const RunReport& report, const std::string& path) {
-  std::ofstream out(path);
-  if (out) out << run_to_json(report).dump(2) << "\n";
-  out.flush();
-  if (!out) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  tools::write_json_file(run_to_json(report), path);
 }
 
 }  // namespace sdalloc::run
