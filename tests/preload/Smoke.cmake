@@ -28,7 +28,10 @@ add_test(NAME preload_smoke_cmake_build COMMAND ${_expect} "sum 4194304" "${_rep
      -DCMAKE_CXX_COMPILER_LAUNCHER= >/dev/null && cmake --build '${_tiny_dir}' && '${_tiny_dir}/tiny'")
 add_test(NAME preload_smoke_gcc COMMAND ${_expect} "sum 4194304" --
   sh -c "g++ -O2 '${CMAKE_CURRENT_SOURCE_DIR}/tiny_project/tiny.cpp' -o '${CMAKE_CURRENT_BINARY_DIR}/tiny_gcc' && '${CMAKE_CURRENT_BINARY_DIR}/tiny_gcc'")
-foreach(t torch git cmake_build gcc)
+# Two gloo ranks (torchrun's env:// rendezvous; see two_ranks.py), each with its own pool.
+add_test(NAME preload_smoke_two_ranks COMMAND ${_expect} "rank 0 of 2 .*ok" "rank 1 of 2 .*ok"
+  "exit codes \\[0, 0\\]" "${_report}" -- /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/two_ranks.py)
+foreach(t torch git cmake_build gcc two_ranks)
   set_tests_properties(preload_smoke_${t} PROPERTIES ENVIRONMENT "${_smoke_env}"
                                                      LABELS preload_smoke TIMEOUT 180)
 endforeach()
