@@ -143,6 +143,8 @@ bool Runtime::build() {
         options.fallback = config_.pool;
         options.prefault_host_arena = true;  // a planned step pays no page faults
         pool_ = std::make_unique<PoolOf<PlannedArena>>(*resource_, options);
+        steps_ = std::make_unique<StepDetector>();
+        detecting_.store(true, std::memory_order_relaxed);
         break;
       }
       default:
@@ -174,10 +176,15 @@ bool Runtime::build() {
 
 void* Runtime::allocate(std::size_t bytes, std::size_t alignment) {
   SharedForkGuard guard(fork_guard_);
+  if (detecting_.load(std::memory_order_relaxed)) detect_step(bytes);
   void* ptr = nullptr;
   try {
     ptr = pool_->allocate(bytes, alignment, kDefaultStream);
   } catch (const OutOfMemory& e) {
+    if (detecting_.load(std::memory_order_relaxed)) {
+      std::lock_guard lock(steps_mutex_);
+      steps_->allocation_failed();
+    }
     counters_.system_fallbacks.fetch_add(1, std::memory_order_relaxed);
     if (!warned_full_.exchange(true)) {
       say(std::string(e.what()) + "; serving this and later requests the pool cannot hold " +
@@ -192,6 +199,10 @@ void* Runtime::allocate(std::size_t bytes, std::size_t alignment) {
 void Runtime::free(void* ptr) {
   SharedForkGuard guard(fork_guard_);
   if (tracing_) trace_free(trace_, ptr);
+  if (detecting_.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(steps_mutex_);
+    steps_->on_free();
+  }
   try {
     pool_->free(ptr, kDefaultStream);
   } catch (const InvalidPointer& e) {
@@ -214,8 +225,53 @@ std::size_t Runtime::usable_size(const void* ptr) {
   }
 }
 
+// =======================================================================================
+// Steps
+
+void Runtime::detect_step(std::size_t bytes) {
+  std::lock_guard lock(steps_mutex_);
+  if (!detecting_.load(std::memory_order_relaxed)) return;
+  try {
+    apply(steps_->on_allocate(bytes));
+  } catch (const std::exception& e) {
+    // The arena refused a step (it should not): serve on from the fallback pool, unplanned.
+    detecting_.store(false, std::memory_order_relaxed);
+    say(std::string("step detection stopped: ") + e.what());
+  }
+}
+
+void Runtime::apply(StepDetector::Action action) {
+  PlannedArena& arena = *pool_->planned();
+  switch (action) {
+    case StepDetector::Action::kNone:
+      return;
+    case StepDetector::Action::kEndAndBegin:
+    case StepDetector::Action::kEnd:
+      if (arena.in_step()) arena.end_step();
+      if (steps_->step_ended(arena.counters().divergent_steps > divergent_at_begin_) ==
+              StepDetector::Action::kEnd ||
+          action == StepDetector::Action::kEnd) {
+        return;  // the detector gave up: learn again, no step open
+      }
+      [[fallthrough]];
+    case StepDetector::Action::kBegin:
+      divergent_at_begin_ = arena.counters().divergent_steps;
+      if (!arena.in_step()) arena.begin_step();
+      return;
+  }
+}
+
+void Runtime::stop_detection() {
+  std::lock_guard lock(steps_mutex_);
+  if (!detecting_.exchange(false)) return;
+  if (PlannedArena* arena = pool_->planned(); arena != nullptr && arena->in_step()) {
+    arena->end_step();
+  }
+}
+
 bool Runtime::begin_step() {
   SharedForkGuard guard(fork_guard_);
+  stop_detection();
   PlannedArena* arena = pool_->planned();
   if (arena == nullptr || arena->in_step()) return false;
   arena->begin_step();
@@ -224,6 +280,7 @@ bool Runtime::begin_step() {
 
 bool Runtime::end_step() {
   SharedForkGuard guard(fork_guard_);
+  stop_detection();
   PlannedArena* arena = pool_->planned();
   if (arena == nullptr || !arena->in_step()) return false;
   arena->end_step();
@@ -275,6 +332,16 @@ std::string Runtime::report() const {
             std::to_string(c.planned_steps) + " planned, " + std::to_string(c.divergent_steps) +
             " divergent; " + std::to_string(c.planned_allocations) + " allocations from the " +
             "arena (" + format_bytes(arena->planned_arena_size()) + ")\n";
+    if (steps_ != nullptr) {
+      text +=
+          "  detection      " +
+          std::string(detecting_.load(std::memory_order_relaxed) ? "on" : "off (steps marked)") +
+          ", " + std::to_string(steps_->locks()) + " locks" +
+          (steps_->locked()
+               ? ", a step of " + std::to_string(steps_->step_allocations()) + " requests"
+               : std::string()) +
+          "\n";
+    }
   }
   return text;
 }

@@ -21,10 +21,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "preload/address_range.hpp"
 #include "preload/fork_guard.hpp"
 #include "preload/preload_config.hpp"
+#include "preload/step_detector.hpp"
 #include "preload/trace_hook.hpp"
 #include "sdalloc/policies/any_pool.hpp"
 
@@ -55,7 +57,8 @@ class Runtime {
   std::size_t usable_size(const void* ptr);
 
   // Marks steps explicitly (sdalloc_preload_begin_step() / _end_step()): mode:planned only;
-  // false otherwise, and for a begin inside a step or an end outside one.
+  // false otherwise, and for a begin inside a step or an end outside one. The first mark
+  // switches automatic step detection off for good (ending a step it had begun).
   bool begin_step();
   bool end_step();
 
@@ -76,6 +79,11 @@ class Runtime {
   bool build();
   void write_report() const;
   void stop_trace();
+  // mode:planned without marks: tells the detector about a request and applies its answer
+  // to the arena (steps_mutex_ held).
+  void detect_step(std::size_t bytes);
+  void apply(StepDetector::Action action);
+  void stop_detection();
 
   static void at_fork_prepare();
   static void at_fork_parent();
@@ -86,6 +94,11 @@ class Runtime {
   std::unique_ptr<RangeResource> resource_;
   std::unique_ptr<RangeVirtualMemory> virtual_memory_;
   std::unique_ptr<AnyPool> pool_;
+  // mode:planned: finds the steps nobody marks (step_detector.hpp), until someone marks one.
+  std::unique_ptr<StepDetector> steps_;
+  std::atomic<bool> detecting_{false};
+  std::mutex steps_mutex_;
+  std::uint64_t divergent_at_begin_ = 0;
   TraceWriter trace_;
   bool tracing_ = false;
   ForkGuard fork_guard_;

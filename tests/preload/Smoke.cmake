@@ -31,7 +31,13 @@ add_test(NAME preload_smoke_gcc COMMAND ${_expect} "sum 4194304" --
 # Two gloo ranks (torchrun's env:// rendezvous; see two_ranks.py), each with its own pool.
 add_test(NAME preload_smoke_two_ranks COMMAND ${_expect} "rank 0 of 2 .*ok" "rank 1 of 2 .*ok"
   "exit codes \\[0, 0\\]" "${_report}" -- /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/two_ranks.py)
-foreach(t torch git cmake_build gcc two_ranks)
+# mode:planned with no marks: the loop's steps are found and planned; the result is glibc's.
+add_test(NAME preload_smoke_planned_loop COMMAND ${_expect}
+  "recorded, [1-9][0-9]* planned" "a step of [0-9]+ requests" "same result" -- sh -c
+  "plain=$(env -u LD_PRELOAD /usr/bin/python3 '${CMAKE_CURRENT_SOURCE_DIR}/planned_loop.py') && \
+   SDALLOC_CONF=mode:planned,report:stderr planned=$(/usr/bin/python3 '${CMAKE_CURRENT_SOURCE_DIR}/planned_loop.py') && \
+   echo \"$plain / $planned\" && [ \"$plain\" = \"$planned\" ] && echo same result")
+foreach(t torch git cmake_build gcc two_ranks planned_loop)
   set_tests_properties(preload_smoke_${t} PROPERTIES ENVIRONMENT "${_smoke_env}"
                                                      LABELS preload_smoke TIMEOUT 180)
 endforeach()

@@ -7,7 +7,8 @@
 // allocate (the child allocates), and a free of a pointer inside the pool's range that is not
 // an allocation (the child must abort with a message). `capacity` checks that a full pool
 // hands requests to the system allocator; `off` that the program runs when the drop-in is off
-// (bad SDALLOC_CONF); `steps` marks steps (mode:planned). Exit 0: every check held.
+// (bad SDALLOC_CONF); `steps` marks steps (mode:planned); `autostep` runs a loop whose
+// steps the drop-in must find by itself (mode:planned). Exit 0: every check held.
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sys/wait.h>
@@ -347,6 +348,28 @@ int run_steps() {
   return 0;
 }
 
+// mode:planned without marks: a loop the drop-in must find the step of by itself.
+int run_autostep() {
+  std::vector<void*> weights;
+  for (int i = 0; i < 20; ++i) weights.push_back(opaque(std::malloc((i % 3 + 1) * kMiB)));
+  for (int step = 0; step < 60; ++step) {
+    void* a = opaque(std::malloc(4 * kMiB));
+    void* b = opaque(std::malloc(2 * kMiB));
+    fill(a, 4 * kMiB, 1);
+    std::free(a);
+    void* c = opaque(std::malloc(6 * kMiB));
+    void* d = opaque(std::calloc(1, 3 * kMiB));
+    CHECK(static_cast<unsigned char*>(d)[3 * kMiB - 1] == 0);
+    fill(c, 6 * kMiB, 2);
+    fill(d, 3 * kMiB, 3);
+    std::free(b);
+    std::free(c);
+    std::free(d);
+  }
+  for (void* w : weights) std::free(w);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -366,6 +389,7 @@ int main(int argc, char** argv) {
     if (what == "all") run_all();
     if (what == "capacity") run_capacity();
     if (what == "steps") run_steps();
+    if (what == "autostep") run_autostep();
   }
   if (g_failures == 0) std::printf("preload_stress %s: all checks held\n", what.c_str());
   return g_failures == 0 ? 0 : 1;
