@@ -107,7 +107,10 @@ Runtime* Runtime::get() {
 }
 
 bool Runtime::build() {
-  const char* text = std::getenv("SDALLOC_CONF");
+  // SDALLOC_PRELOAD_CONF first: SDALLOC_CONF is also the PyTorch shim's, which rejects the
+  // drop-in's own keys, so a process that uses both gives the drop-in its own variable.
+  const char* text = std::getenv("SDALLOC_PRELOAD_CONF");
+  if (text == nullptr) text = std::getenv("SDALLOC_CONF");
   try {
     config_ = parse_preload_config(text == nullptr ? "" : text);
   } catch (const std::exception& e) {

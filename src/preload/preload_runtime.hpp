@@ -7,7 +7,7 @@
 // (no static constructor can reset it later) and is never destroyed (other libraries'
 // destructors may still free pool memory at exit).
 //
-// Building it reads SDALLOC_CONF, reserves the address range, builds the pool (mode:pool: a
+// Building it reads SDALLOC_PRELOAD_CONF or else SDALLOC_CONF, reserves the address range, builds the pool (mode:pool: a
 // CachingPool, mode:planned: a PlannedArena, both over a RangeResource; mode:vmm: a
 // VirtualMemoryPool over a RangeVirtualMemory), starts the trace (record:) and registers
 // the fork handlers. When any step fails it prints one line on stderr and the drop-in serves

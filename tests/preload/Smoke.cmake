@@ -37,6 +37,14 @@ add_test(NAME preload_smoke_planned_loop COMMAND ${_expect}
   "plain=$(env -u LD_PRELOAD /usr/bin/python3 '${CMAKE_CURRENT_SOURCE_DIR}/planned_loop.py') && \
    SDALLOC_CONF=mode:planned,report:stderr planned=$(/usr/bin/python3 '${CMAKE_CURRENT_SOURCE_DIR}/planned_loop.py') && \
    echo \"$plain / $planned\" && [ \"$plain\" = \"$planned\" ] && echo same result")
+# The project's pytest suite with the drop-in preloaded into every interpreter it starts. Its
+# settings go in SDALLOC_PRELOAD_CONF: SDALLOC_CONF is also the PyTorch shim's, which the
+# suite configures, and the shim rejects the drop-in's keys.
+add_test(NAME preload_smoke_pytest COMMAND ${_expect} " passed" "${_report}" --
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/tests/python)
+set_tests_properties(preload_smoke_pytest PROPERTIES
+  ENVIRONMENT "LD_PRELOAD=${_preload};SDALLOC_PRELOAD_CONF=report:stderr;SDALLOC_LIBRARY_DIR=${PROJECT_BINARY_DIR}/src"
+  LABELS preload_smoke TIMEOUT 300)
 foreach(t torch git cmake_build gcc two_ranks planned_loop)
   set_tests_properties(preload_smoke_${t} PROPERTIES ENVIRONMENT "${_smoke_env}"
                                                      LABELS preload_smoke TIMEOUT 180)
