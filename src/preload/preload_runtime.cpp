@@ -164,7 +164,7 @@ bool Runtime::build() {
   if (!config_.record.empty()) {
     try {
       trace_start(trace_, config_.record);
-      tracing_ = true;
+      tracing_.store(true, std::memory_order_relaxed);
     } catch (const std::exception& e) {
       say(std::string("record: ") + e.what() + "; running without a trace");
     }
@@ -195,13 +195,13 @@ void* Runtime::allocate(std::size_t bytes, std::size_t alignment) {
     }
     return nullptr;
   }
-  if (tracing_) trace_allocation(trace_, ptr, bytes);
+  if (tracing_.load(std::memory_order_relaxed)) trace_allocation(trace_, ptr, bytes);
   return ptr;
 }
 
 void Runtime::free(void* ptr) {
   SharedForkGuard guard(fork_guard_);
-  if (tracing_) trace_free(trace_, ptr);
+  if (tracing_.load(std::memory_order_relaxed)) trace_free(trace_, ptr);
   if (detecting_.load(std::memory_order_relaxed)) {
     std::lock_guard lock(steps_mutex_);
     steps_->on_free();
@@ -303,7 +303,7 @@ void Runtime::at_fork_child() {
   if (g_runtime == nullptr) return;
   g_runtime->fork_guard_.reset();
   // The trace file and the report belong to the parent; the child keeps the pool only.
-  g_runtime->tracing_ = false;
+  g_runtime->tracing_.store(false, std::memory_order_relaxed);
 }
 
 // =======================================================================================
@@ -350,8 +350,7 @@ std::string Runtime::report() const {
 }
 
 void Runtime::stop_trace() {
-  if (!tracing_) return;
-  tracing_ = false;
+  if (!tracing_.exchange(false)) return;
   try {
     trace_stop(trace_);
   } catch (const std::exception& e) {

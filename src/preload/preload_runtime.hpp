@@ -7,11 +7,11 @@
 // (no static constructor can reset it later) and is never destroyed (other libraries'
 // destructors may still free pool memory at exit).
 //
-// Building it reads SDALLOC_PRELOAD_CONF or else SDALLOC_CONF, reserves the address range, builds the pool (mode:pool: a
-// CachingPool, mode:planned: a PlannedArena, both over a RangeResource; mode:vmm: a
-// VirtualMemoryPool over a RangeVirtualMemory), starts the trace (record:) and registers
-// the fork handlers. When any step fails it prints one line on stderr and the drop-in serves
-// everything from the system allocator from then on.
+// Building it reads SDALLOC_PRELOAD_CONF or else SDALLOC_CONF, reserves the address range, builds
+// the pool (mode:pool: a CachingPool, mode:planned: a PlannedArena, both over a RangeResource;
+// mode:vmm: a VirtualMemoryPool over a RangeVirtualMemory), starts the trace (record:) and
+// registers the fork handlers. When any step fails it prints one line on stderr and the drop-in
+// serves everything from the system allocator from then on.
 //
 // The caller (malloc_entry.cpp) marks the thread as inside sdalloc around every call here, so
 // the mallocs sdalloc's own code makes go to glibc.
@@ -100,7 +100,7 @@ class Runtime {
   std::mutex steps_mutex_;
   std::uint64_t divergent_at_begin_ = 0;
   TraceWriter trace_;
-  bool tracing_ = false;
+  std::atomic<bool> tracing_{false};
   ForkGuard fork_guard_;
   PreloadCounters counters_;
   std::atomic<bool> warned_full_{false};

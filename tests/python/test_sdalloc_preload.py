@@ -17,7 +17,8 @@ def _library():
     candidates = []
     if os.environ.get("SDALLOC_LIBRARY_DIR"):
         candidates.append(Path(os.environ["SDALLOC_LIBRARY_DIR"]) / "preload" / "libsdalloc_preload.so")
-    candidates += sorted(ROOT.glob("build/*/src/preload/libsdalloc_preload.so"))
+    # Not the sanitizer builds: an ASan/TSan-instrumented library cannot be preloaded.
+    candidates += [ROOT / "build" / b / "src/preload/libsdalloc_preload.so" for b in ("release", "debug")]
     for c in candidates:
         if c.exists():
             return c
