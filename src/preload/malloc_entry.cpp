@@ -135,7 +135,9 @@ void zero_but_fresh(void* ptr, std::size_t bytes, const FreshPages& fresh) {
 }
 
 void* aligned(std::size_t alignment, std::size_t bytes) {
-  // glibc's memalign rounds an alignment that is not a power of two up to one.
+  // glibc's memalign treats 0 as 1 and rounds an alignment that is not a power of two up
+  // to one.
+  if (alignment == 0) alignment = 1;
   if (!is_power_of_two(alignment)) {
     if (alignment > (std::size_t{1} << 62)) {
       errno = EINVAL;

@@ -28,9 +28,6 @@ namespace {
 enum State : int { kUnbuilt, kBuilding, kReady, kOff };
 
 constinit std::atomic<int> g_state{kUnbuilt};
-constinit std::atomic<std::size_t> g_threshold{kSmallestThreshold};
-constinit std::atomic<std::uintptr_t> g_base{0};
-constinit std::atomic<std::size_t> g_size{0};
 alignas(Runtime) unsigned char g_storage[sizeof(Runtime)];
 constinit Runtime* g_runtime = nullptr;
 
@@ -70,13 +67,9 @@ const char* mode_name(Mode mode) {
 
 }  // namespace
 
-std::size_t current_threshold() { return g_threshold.load(std::memory_order_relaxed); }
-
-bool owns(const void* ptr) {
-  const auto offset =
-      reinterpret_cast<std::uintptr_t>(ptr) - g_base.load(std::memory_order_relaxed);
-  return offset < g_size.load(std::memory_order_relaxed);
-}
+constinit std::atomic<std::size_t> g_threshold{kSmallestThreshold};
+constinit std::atomic<std::uintptr_t> g_range_base{0};
+constinit std::atomic<std::size_t> g_range_size{0};
 
 // =======================================================================================
 // Building
@@ -159,8 +152,8 @@ bool Runtime::build() {
     say(std::string("SDALLOC_CONF: ") + e.what() + "; running on the system allocator");
     return false;
   }
-  g_base.store(range_.base(), std::memory_order_relaxed);
-  g_size.store(range_.size(), std::memory_order_relaxed);
+  g_range_base.store(range_.base(), std::memory_order_relaxed);
+  g_range_size.store(range_.size(), std::memory_order_relaxed);
   if (!config_.record.empty()) {
     try {
       trace_start(trace_, config_.record);
@@ -216,6 +209,10 @@ void Runtime::free(void* ptr) {
                   ptr);
     say(line);
     std::abort();
+  } catch (const std::exception& e) {
+    // Not the pointer's fault (the pool could not allocate its own bookkeeping): keep the
+    // block (leaked) rather than let an exception out of free().
+    say(std::string("free(): ") + e.what() + "; the block is leaked");
   }
 }
 
@@ -223,7 +220,7 @@ std::size_t Runtime::usable_size(const void* ptr) {
   SharedForkGuard guard(fork_guard_);
   try {
     return pool_->allocation_size(ptr);
-  } catch (const Error&) {
+  } catch (const std::exception&) {
     return 0;  // not a live allocation: glibc answers 0 for a freed chunk too
   }
 }

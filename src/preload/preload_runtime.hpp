@@ -32,6 +32,9 @@
 
 namespace sdalloc::preload {
 
+// The smallest threshold: requests below it never build the runtime.
+inline constexpr std::size_t kSmallestThreshold = std::size_t{4} << 10;
+
 // What the report counts beside the pool's own statistics.
 struct PreloadCounters {
   std::atomic<std::uint64_t> system_fallbacks{0};  // pool full: served by glibc instead
@@ -107,11 +110,19 @@ class Runtime {
   int pid_ = 0;  // the process that built it: a fork()ed child writes no report or trace
 };
 
-// The system allocator's share: one relaxed load each, valid before the runtime exists.
-std::size_t current_threshold();
-bool owns(const void* ptr);
+// What the entry points read on every call, valid before the runtime exists (constinit):
+// the threshold, and the bounds of the reserved range.
+extern constinit std::atomic<std::size_t> g_threshold;
+extern constinit std::atomic<std::uintptr_t> g_range_base;
+extern constinit std::atomic<std::size_t> g_range_size;
 
-// The smallest threshold: requests below it never build the runtime.
-inline constexpr std::size_t kSmallestThreshold = std::size_t{4} << 10;
+// The system allocator's share: one relaxed load (inlined into every entry point).
+inline std::size_t current_threshold() { return g_threshold.load(std::memory_order_relaxed); }
+// Whether ptr lies in the reserved range: one subtraction and one comparison.
+inline bool owns(const void* ptr) {
+  const auto offset =
+      reinterpret_cast<std::uintptr_t>(ptr) - g_range_base.load(std::memory_order_relaxed);
+  return offset < g_range_size.load(std::memory_order_relaxed);
+}
 
 }  // namespace sdalloc::preload

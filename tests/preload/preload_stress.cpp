@@ -162,6 +162,11 @@ void alignment_checks() {
   }
   void* d = nullptr;
   CHECK(posix_memalign(&d, 24, 100) == EINVAL);
+  for (std::size_t odd : {std::size_t{0}, std::size_t{24}, std::size_t{3000}}) {  // as glibc
+    void* e = memalign(odd, g_big);
+    CHECK(e != nullptr && owns(e));
+    std::free(e);
+  }
   void* v = valloc(g_big);
   CHECK(v != nullptr && reinterpret_cast<std::uintptr_t>(v) % 4096 == 0 && owns(v));
   std::free(v);
