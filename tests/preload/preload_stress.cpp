@@ -1,8 +1,9 @@
 // preload_stress.cpp - the drop-in's stress test, run with LD_PRELOAD=libsdalloc_preload.so.
 //
-// `preload_stress all` checks what drop-ins get wrong: malloc(0) and free(nullptr), errno kept
-// by free, calloc overflow and zeroing of reused memory, realloc across the threshold both
-// ways, every alignment from 1 B to 16 MiB through every aligned entry point,
+// `preload_stress all` checks what drop-ins get wrong: a large request before main and
+// dlopen/dlsym there, malloc(0) and free(nullptr), errno kept by free, calloc overflow and
+// zeroing of reused memory, realloc across the threshold both ways, every alignment from
+// 1 B to 16 MiB through every aligned entry point,
 // malloc_usable_size, operator new/delete, many threads at once, fork() while other threads
 // allocate (the child allocates), and a free of a pointer inside the pool's range that is not
 // an allocation (the child must abort with a message). `capacity` checks that a full pool
@@ -70,6 +71,24 @@ bool holds(const void* p, std::size_t n, unsigned char seed) {
 
 // A size the compiler cannot see through (so malloc/free pairs are not elided).
 volatile std::size_t g_big = 8 * kMiB;
+
+// Before main, and inside the dynamic loader's own calls: the first large request may come
+// from a constructor, and dlopen/dlsym allocate.
+void* g_early = nullptr;
+bool g_early_dlsym = false;
+__attribute__((constructor(101))) void early_requests() {
+  g_early = opaque(std::malloc(g_big));
+  std::memset(g_early, 1, g_big);
+  void* z = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
+  g_early_dlsym = z != nullptr && dlsym(z, "zlibVersion") != nullptr;
+  if (z != nullptr) dlclose(z);
+}
+
+void early_checks() {
+  CHECK(g_early != nullptr && owns(g_early));
+  CHECK(g_early_dlsym);
+  std::free(g_early);
+}
 
 void basics() {
   void* zero = std::malloc(0);
@@ -295,6 +314,7 @@ void foreign_free_checks() {
 }
 
 int run_all() {
+  early_checks();
   basics();
   calloc_checks();
   realloc_checks();
