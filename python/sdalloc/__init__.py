@@ -18,6 +18,9 @@ traces are always available; sdalloc.torch adds PyTorch integration.
             ...
     planned.step_stats()["divergent_steps"]
 
+Under LD_PRELOAD=libsdalloc_preload.so (docs/preload.md), `with sdalloc.step():` marks the
+steps of a loop for the drop-in's mode:planned, and sdalloc.preloaded() says it is there.
+
 Without a `pool` argument, stats / snapshot / dump_snapshot / record use the PyTorch
 shim's pools once sdalloc.torch.install() (or mempool()) has run, else the default host pool
 (default_pool()).
@@ -33,8 +36,9 @@ from . import _native
 from ._dlpack import HostTensor, live_exports
 from ._native import LibraryNotFound, SdallocError
 from ._snapshot import snapshot_of
+from ._preload import owns as preload_owns, preloaded, step
 
-__all__ = ["Pool", "Step", "HostTensor", "SdallocError", "LibraryNotFound", "default_pool", "stats",
+__all__ = ["Pool", "Step", "step", "preloaded", "preload_owns", "HostTensor", "SdallocError", "LibraryNotFound", "default_pool", "stats",
            "snapshot", "dump_snapshot", "record", "Recording", "version", "live_exports"]
 
 _STATE_FREE, _STATE_LIVE, _STATE_PENDING = 0, 1, 2

@@ -1,0 +1,238 @@
+// address_range.cpp - the reserved range, its carving, and the two upstreams built on it.
+#include "preload/address_range.hpp"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/bits.hpp"
+#include "sdalloc/core/errors.hpp"
+
+namespace sdalloc::preload {
+
+// =======================================================================================
+// ReservedRange
+
+namespace {
+constexpr std::size_t kMinRange = std::size_t{1} << 30;
+constexpr std::size_t kRangeAlignment = std::size_t{2} << 20;  // huge-page friendly pieces
+}  // namespace
+
+bool ReservedRange::reserve(std::size_t bytes) {
+  for (std::size_t size = bytes; size >= kMinRange; size /= 2) {
+    void* p = ::mmap(nullptr, size + kRangeAlignment, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) continue;
+    const auto raw = reinterpret_cast<std::uintptr_t>(p);
+    const std::uintptr_t base = round_up(raw, kRangeAlignment);
+    // Trim the over-reservation so the range is exactly [base, base + size).
+    if (base > raw) ::munmap(p, base - raw);
+    const std::uintptr_t tail = raw + size + kRangeAlignment - (base + size);
+    if (tail > 0) ::munmap(reinterpret_cast<void*>(base + size), tail);
+    {
+      std::lock_guard lock(mutex_);
+      free_.emplace(base, size);
+    }
+    base_.store(base, std::memory_order_relaxed);
+    size_.store(size, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+void* ReservedRange::carve(std::size_t bytes, std::size_t alignment) {
+  std::lock_guard lock(mutex_);
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    const std::uintptr_t start = it->first;
+    const std::size_t length = it->second;
+    const std::uintptr_t aligned = round_up(start, alignment);
+    if (aligned - start + bytes > length) continue;
+    // Split [start, start+length) into head | piece | tail.
+    const std::size_t head = aligned - start;
+    const std::size_t tail = length - head - bytes;
+    free_.erase(it);
+    if (head > 0) free_.emplace(start, head);
+    if (tail > 0) free_.emplace(aligned + bytes, tail);
+    carved_ += bytes;
+    return reinterpret_cast<void*>(aligned);
+  }
+  return nullptr;
+}
+
+void ReservedRange::uncarve(void* piece, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  std::uintptr_t start = reinterpret_cast<std::uintptr_t>(piece);
+  std::size_t length = bytes;
+  auto next = free_.lower_bound(start);
+  if (next != free_.end() && start + length == next->first) {
+    length += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    const auto prev = std::prev(next);
+    if (prev->first + prev->second == start) {
+      start = prev->first;
+      length += prev->second;
+      free_.erase(prev);
+    }
+  }
+  free_.emplace(start, length);
+  carved_ -= bytes;
+}
+
+std::size_t ReservedRange::carved_bytes() const {
+  std::lock_guard lock(mutex_);
+  return carved_;
+}
+
+bool ReservedRange::commit(void* piece, std::size_t bytes) {
+  return ::mmap(piece, bytes, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                0) != MAP_FAILED;
+}
+
+void ReservedRange::protect(void* piece, std::size_t bytes) {
+  // Cannot fail for a range we hold (the kernel needs no new page-table memory to remove a
+  // mapping); if it does, the pages stay mapped and the piece is still ours: only memory is
+  // lost.
+  ::mmap(piece, bytes, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+}
+
+// =======================================================================================
+// FreshPages
+
+FreshPages& FreshPages::of_this_thread() {
+  static thread_local __attribute__((tls_model("initial-exec"))) FreshPages fresh;
+  return fresh;
+}
+
+void FreshPages::note(const void* piece, std::size_t bytes) {
+  const auto p = reinterpret_cast<std::uintptr_t>(piece);
+  if (begin == end) {
+    begin = p;
+    end = p + bytes;
+  } else if (p == end) {
+    end += bytes;
+  } else if (p + bytes == begin) {
+    begin = p;
+  } else if (bytes > end - begin) {
+    begin = p;
+    end = p + bytes;
+  }
+}
+
+// =======================================================================================
+// RangeResource
+
+namespace {
+constexpr std::size_t kPage = 4096;
+
+OutOfMemoryInfo info_of(std::size_t requested, std::size_t held, std::size_t capacity) {
+  OutOfMemoryInfo info;
+  info.requested = requested;
+  info.reserved = held;
+  info.capacity = capacity;
+  return info;
+}
+}  // namespace
+
+RangeResource::RangeResource(ReservedRange& range, std::size_t capacity)
+    : range_(range), capacity_(capacity) {}
+
+std::string RangeResource::name() const {
+  return "preload-range(" + format_size(range_.size()) + ")";
+}
+
+void* RangeResource::do_allocate(std::size_t bytes, Stream /*stream*/) {
+  if (bytes == 0) return nullptr;
+  const std::size_t length = round_up(bytes, kPage);
+  const std::size_t before = held_.fetch_add(length, std::memory_order_relaxed);
+  if (capacity_ != 0 && before + length > capacity_) {
+    held_.fetch_sub(length, std::memory_order_relaxed);
+    throw OutOfMemory::describe("the drop-in's capacity", info_of(bytes, before, capacity_));
+  }
+  void* piece = range_.carve(length, length >= kRangeAlignment ? kRangeAlignment : kPage);
+  if (piece == nullptr || !ReservedRange::commit(piece, length)) {
+    const int error = errno;
+    if (piece != nullptr) {
+      ReservedRange::protect(piece, length);  // a failed MAP_FIXED may leave a hole
+      range_.uncarve(piece, length);
+    }
+    held_.fetch_sub(length, std::memory_order_relaxed);
+    throw OutOfMemory::describe(
+        "the drop-in's address range", info_of(bytes, before, capacity_),
+        piece == nullptr ? "no free place that large is left in the reserved address_space"
+                         : std::string("mmap: ") + std::strerror(error));
+  }
+  FreshPages::of_this_thread().note(piece, length);
+  return piece;
+}
+
+void RangeResource::do_deallocate(void* ptr, std::size_t bytes, Stream /*stream*/) {
+  if (ptr == nullptr) return;
+  const std::size_t length = round_up(bytes, kPage);
+  ReservedRange::protect(ptr, length);
+  range_.uncarve(ptr, length);
+  held_.fetch_sub(length, std::memory_order_relaxed);
+}
+
+// =======================================================================================
+// RangeVirtualMemory
+
+RangeVirtualMemory::RangeVirtualMemory(ReservedRange& range, std::size_t physical_limit)
+    : range_(range), physical_limit_(physical_limit) {}
+
+std::string RangeVirtualMemory::name() const {
+  return "preload-vm(" + format_size(range_.size()) + ")";
+}
+
+void* RangeVirtualMemory::reserve(std::size_t bytes, std::size_t alignment) {
+  if (bytes == 0 || bytes % kPageSize != 0) {
+    throw InvalidArgument(
+        "RangeVirtualMemory::reserve: bytes must be a positive multiple of 4 KiB");
+  }
+  void* piece = range_.carve(bytes, alignment < kPageSize ? kPageSize : alignment);
+  if (piece == nullptr) {
+    throw OutOfMemory::describe("the drop-in's address range", info_of(bytes, 0, 0),
+                                "no free place that large is left in the reserved address_space");
+  }
+  return piece;
+}
+
+void RangeVirtualMemory::release(void* base, std::size_t bytes) { range_.uncarve(base, bytes); }
+
+PhysicalChunk RangeVirtualMemory::create(std::size_t bytes) {
+  if (bytes == 0 || bytes % kPageSize != 0) {
+    throw InvalidArgument("RangeVirtualMemory::create: bytes must be a positive multiple of 4 KiB");
+  }
+  const std::size_t before = physical_.fetch_add(bytes, std::memory_order_relaxed);
+  if (physical_limit_ != 0 && before + bytes > physical_limit_) {
+    physical_.fetch_sub(bytes, std::memory_order_relaxed);
+    throw OutOfMemory::describe("the drop-in's capacity", info_of(bytes, before, physical_limit_));
+  }
+  return {next_handle_.fetch_add(1, std::memory_order_relaxed), bytes};
+}
+
+void RangeVirtualMemory::destroy(PhysicalChunk chunk) {
+  physical_.fetch_sub(chunk.bytes, std::memory_order_relaxed);
+}
+
+void RangeVirtualMemory::map(void* address, PhysicalChunk chunk) {
+  if (!range_.contains(address)) {
+    throw InvalidArgument("RangeVirtualMemory::map: address outside the reserved range");
+  }
+  if (!ReservedRange::commit(address, chunk.bytes)) {
+    const int error = errno;
+    ReservedRange::protect(address, chunk.bytes);
+    errno = error;
+    throw OutOfMemory::describe("the drop-in's address range", info_of(chunk.bytes, 0, 0),
+                                std::string("mmap: ") + std::strerror(errno));
+  }
+  FreshPages::of_this_thread().note(address, chunk.bytes);
+}
+
+void RangeVirtualMemory::unmap(void* address, std::size_t bytes, Stream /*last_use*/) {
+  ReservedRange::protect(address, bytes);
+}
+
+}  // namespace sdalloc::preload

@@ -1,0 +1,131 @@
+// address_range.hpp - the one reserved range every byte the drop-in's pool hands out lies in.
+//
+// free() must tell sdalloc's pointers from glibc's in a few instructions, since most frees
+// are glibc's. So at start the drop-in reserves one large range of address space
+// (mmap PROT_NONE, MAP_NORESERVE: no memory, no commit charge) and its pool takes every
+// segment (mode:pool, mode:planned: RangeResource) or virtual range (mode:vmm:
+// RangeVirtualMemory) out of it. "Ours" is then `ptr - base < size`: one subtraction and one
+// comparison, no lock, no table.
+//
+// Inside the range, pieces are carved first fit by address (the lowest free place: the range
+// stays compact) from a free list of extents; giving a piece back re-protects it
+// (mmap PROT_NONE, MAP_FIXED over it: the pages are freed, and no other mmap can land there)
+// and merges it with its free neighbours. Pieces are mapped MAP_PRIVATE | MAP_ANONYMOUS:
+// fresh pages are zero (calloc need not write them, see FreshPages) and a fork()ed child
+// gets them copy-on-write, as it does glibc's heap.
+//
+// Thread-safety: contains() is lock-free (the bounds are set once, before the pool exists);
+// carve/uncarve take one mutex; the bookkeeping allocates with malloc, which the drop-in sends
+// to glibc while it is inside sdalloc.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "sdalloc/core/resource.hpp"
+#include "sdalloc/core/virtual_memory.hpp"
+
+namespace sdalloc::preload {
+
+class ReservedRange {
+ public:
+  // Reserves `bytes` of address space, halving down to 1 GiB when the system refuses (an
+  // address-space ulimit); false (errno set) when even that fails.
+  bool reserve(std::size_t bytes);
+
+  bool contains(const void* ptr) const {
+    const auto offset =
+        reinterpret_cast<std::uintptr_t>(ptr) - base_.load(std::memory_order_relaxed);
+    return offset < size_.load(std::memory_order_relaxed);
+  }
+  std::uintptr_t base() const { return base_.load(std::memory_order_relaxed); }
+  std::size_t size() const { return size_.load(std::memory_order_relaxed); }
+
+  // A piece of `bytes` (a multiple of 4 KiB) aligned to `alignment` (a power of two >= 4 KiB),
+  // still PROT_NONE; nullptr when no free extent is big enough.
+  void* carve(std::size_t bytes, std::size_t alignment);
+  // Gives a carved piece back (it must be PROT_NONE again: see protect()).
+  void uncarve(void* piece, std::size_t bytes);
+  std::size_t carved_bytes() const;
+
+  // mmap(PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS) over [p, p + bytes):
+  // fresh zero pages. false (errno set) when the kernel refuses.
+  static bool commit(void* piece, std::size_t bytes);
+  // Back to reserved address space: the pages are freed.
+  static void protect(void* piece, std::size_t bytes);
+
+ private:
+  std::atomic<std::uintptr_t> base_{0};
+  std::atomic<std::size_t> size_{0};
+  mutable std::mutex mutex_;
+  std::map<std::uintptr_t, std::size_t> free_;  // extent start -> length
+  std::size_t carved_ = 0;
+};
+
+// The bytes of fresh (never written, hence zero) pages the calling thread's current request
+// mapped. The drop-in clears it before it asks the pool and calloc reads it after, so it
+// writes zeros only over what was reused.
+struct FreshPages {
+  std::uintptr_t begin = 0;
+  std::uintptr_t end = 0;
+
+  static FreshPages& of_this_thread();
+  void clear() { begin = end = 0; }
+  // Notes [p, p + bytes) as fresh; a piece not adjacent to the current run replaces it when
+  // it is larger (one run is enough for one request).
+  void note(const void* piece, std::size_t bytes);
+};
+
+// mode:pool and mode:planned: segments carved from the range, committed on allocation and
+// protected again on deallocation. capacity (0: none) caps the bytes held at once.
+class RangeResource final : public MemoryResource {
+ public:
+  RangeResource(ReservedRange& range, std::size_t capacity);
+
+  std::size_t capacity() const override { return capacity_; }
+  std::string name() const override;
+  std::size_t held() const { return held_.load(std::memory_order_relaxed); }
+
+ private:
+  void* do_allocate(std::size_t bytes, Stream stream) override;
+  void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
+
+  ReservedRange& range_;
+  const std::size_t capacity_;
+  std::atomic<std::size_t> held_{0};
+};
+
+// mode:vmm: a VirtualMemory whose reserved ranges are carved from the one range. Its chunks
+// are a budget (create/destroy count bytes against physical_limit) and map() commits fresh
+// anonymous pages: a chunk does NOT keep its contents when it is unmapped and mapped
+// elsewhere. VirtualMemoryPool never needs that (it moves only pages that lie wholly in free
+// space), and anonymous private pages are what make fork() safe: a memfd's MAP_SHARED pages
+// (HostVirtualMemory) would be shared by parent and child.
+class RangeVirtualMemory final : public VirtualMemory {
+ public:
+  RangeVirtualMemory(ReservedRange& range, std::size_t physical_limit);
+
+  std::size_t granularity() const override { return kPageSize; }
+  void* reserve(std::size_t bytes, std::size_t alignment = 0) override;
+  void release(void* base, std::size_t bytes) override;
+  PhysicalChunk create(std::size_t bytes) override;
+  void destroy(PhysicalChunk chunk) override;
+  void map(void* address, PhysicalChunk chunk) override;
+  void unmap(void* address, std::size_t bytes, Stream last_use) override;
+  std::size_t physical_capacity() const override { return physical_limit_; }
+  std::string name() const override;
+
+  static constexpr std::size_t kPageSize = 4096;
+
+ private:
+  ReservedRange& range_;
+  const std::size_t physical_limit_;
+  std::atomic<std::size_t> physical_{0};
+  std::atomic<std::uint64_t> next_handle_{1};
+};
+
+}  // namespace sdalloc::preload

@@ -1,0 +1,82 @@
+// preload_config.cpp - the drop-in's SDALLOC_CONF table: the shared pool rows plus its own.
+#include "preload/preload_config.hpp"
+
+#include <vector>
+
+#include "sdalloc/core/errors.hpp"
+
+namespace sdalloc::preload {
+namespace {
+
+using config::Option;
+
+constexpr std::string_view kName = "SDALLOC_CONF";
+
+// The smallest threshold: below it the pool's 512-byte rounding would cost more than the
+// request, and every pool block is at least this big anyway.
+constexpr std::size_t kMinThreshold = std::size_t{4} << 10;
+// The smallest reserved range worth having: one default segment of each kind and then some.
+constexpr std::size_t kMinAddressSpace = std::size_t{1} << 30;
+
+std::vector<Option<PreloadConfig>> preload_rows() {
+  std::vector<Option<PreloadConfig>> rows = config::lift<PreloadConfig>(
+      config::pool_options({config::kModePool, config::kModeVmm, config::kModePlanned}));
+  // The drop-in's own rows go first: they are what a user of LD_PRELOAD sets.
+  std::vector<Option<PreloadConfig>> own;
+  own.push_back(config::size_option<PreloadConfig>(
+      "threshold",
+      "requests of at least this many bytes (tensor storage) come from the pool; smaller ones "
+      "from the system allocator (glibc). At least 4KiB.",
+      [](auto& c) -> auto& { return c.threshold; }));
+  own.push_back(config::size_option<PreloadConfig>(
+      "address_space",
+      "the one range of address space (reserved, not memory) every pool byte lies in; the "
+      "pool's memory can never exceed it. At least 1GiB.",
+      [](auto& c) -> auto& { return c.address_space; }));
+  own.push_back(config::text_option<PreloadConfig>(
+      "report",
+      "`stderr` or a file path: at exit, write peak live and reserved bytes and the counts of "
+      "what the pool served.",
+      [](auto& c) -> auto& { return c.report; }));
+  own.push_back(config::text_option<PreloadConfig>(
+      "record",
+      "a file path: write the event trace (docs/formats.md) of every request the pool served, "
+      "for `sdalloc replay`.",
+      [](auto& c) -> auto& { return c.record; }));
+  rows.insert(rows.begin() + 1, own.begin(), own.end());  // after mode
+  return rows;
+}
+
+void finish(PreloadConfig& c, const config::KeySet& given) {
+  config::raise_to_granularity(c, given);
+  if (c.threshold < kMinThreshold) {
+    throw InvalidArgument(
+        "SDALLOC_CONF: threshold must be at least 4KiB (the pool is not a "
+        "small-object allocator), not " +
+        config::size_text(c.threshold));
+  }
+  if (c.address_space < kMinAddressSpace) {
+    throw InvalidArgument("SDALLOC_CONF: address_space must be at least 1GiB, not " +
+                          config::size_text(c.address_space));
+  }
+  if (c.capacity != 0 && c.capacity > c.address_space) {
+    throw InvalidArgument("SDALLOC_CONF: capacity " + config::size_text(c.capacity) +
+                          " exceeds address_space " + config::size_text(c.address_space));
+  }
+  config::validate_pool_conf(kName, c);
+}
+
+}  // namespace
+
+const config::OptionTable<PreloadConfig>& preload_options() {
+  static const config::OptionTable<PreloadConfig> table(kName, preload_rows(), finish);
+  return table;
+}
+
+PreloadConfig parse_preload_config(std::string_view text) { return preload_options().parse(text); }
+
+std::string format_preload_config(const PreloadConfig& config) {
+  return preload_options().format(config);
+}
+
+}  // namespace sdalloc::preload
