@@ -110,13 +110,21 @@ void basics() {
   CHECK(errno == 1234);
 }
 
+// A count the compiler cannot see through, so the overflowing products below are not
+// refused at compile time (-Walloc-size-larger-than): the point is that calloc refuses them.
+std::size_t opaque(std::size_t value) {
+  volatile std::size_t copy = value;
+  return copy;
+}
+
 void calloc_checks() {
   errno = 0;
-  CHECK(std::calloc(SIZE_MAX / 2, 3) == nullptr && errno == ENOMEM);
+  CHECK(std::calloc(opaque(SIZE_MAX / 2), 3) == nullptr && errno == ENOMEM);
   errno = 0;
-  CHECK(std::calloc(std::size_t{1} << 40, std::size_t{1} << 40) == nullptr && errno == ENOMEM);
+  CHECK(std::calloc(opaque(std::size_t{1} << 40), std::size_t{1} << 40) == nullptr &&
+        errno == ENOMEM);
   errno = 0;
-  CHECK(reallocarray(nullptr, SIZE_MAX / 2, 3) == nullptr && errno == ENOMEM);
+  CHECK(reallocarray(nullptr, opaque(SIZE_MAX / 2), 3) == nullptr && errno == ENOMEM);
   // Dirty pool memory, free it, calloc the same size: the reused block must read zero.
   for (std::size_t n : {g_threshold, 3 * kMiB + 123, 64 * kMiB}) {
     void* dirty = std::malloc(n);
@@ -153,7 +161,7 @@ void realloc_checks() {
   p = static_cast<unsigned char*>(std::realloc(nullptr, 2 * t));
   CHECK(p != nullptr && owns(p));
   errno = 0;
-  CHECK(std::realloc(p, SIZE_MAX - 4096) == nullptr && errno == ENOMEM);
+  CHECK(std::realloc(p, opaque(SIZE_MAX - 4096)) == nullptr && errno == ENOMEM);
   std::free(p);  // untouched by the failed realloc
 }
 
