@@ -46,6 +46,12 @@ Errors (exit status 1, a message naming what is wrong): not a pickle, a pickle t
 snapshot (the missing or mistyped key is named, with its place: device_traces[0][17]),
 a snapshot without history, a device without entries, a history without allocations.
 
+Bounds (crafted files end in a one-line error, never a traceback): every address, size and
+stream must fit 64 bits, as sdalloc reads them; an entry may appear only once in a device's
+history (a pickle can make one entry stand for millions, a few bytes each); the first bytes
+must look like a pickle before the rest is read; input text in messages is shown escaped
+and shortened; any other failure while converting is reported in one line.
+
 Safety: unpickling can run arbitrary code (a pickle may name any importable callable). A
 snapshot holds only dicts, lists, tuples, strings and numbers, which pickle encodes without
 naming any callable; the loader here refuses every callable, so a hostile file fails to load
@@ -63,9 +69,12 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
+import itertools
 import json
 import pickle
+import pickletools
 import sys
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Dict, List, Optional, TextIO, Tuple
 
@@ -73,10 +82,39 @@ ALLOCATION_ACTIONS = ("alloc", "free_requested", "free_completed")
 RESERVE_ACTIONS = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 IGNORED_ACTIONS = ("snapshot", "annotate")
 FREE_AT_CHOICES = ("auto", "completed", "requested")
+UINT64_LIMIT = 1 << 64             # addresses, sizes and streams are 64-bit in sdalloc's traces
+SHOWN_CHARS = 60                   # input text shown in a message, at most
+HEAD_BYTES = 1 << 16               # checked before the rest of a file is read
+_PICKLE_OPCODES = frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
 
 
 class SnapshotError(Exception):
     """The input is not a usable memory snapshot; the message says why."""
+
+
+def _shown(value: Any) -> str:
+    """A piece of input for a message: short, one line, escaped; never raises.
+
+    repr() of a deeply nested container recurses until RecursionError, and str() of an
+    integer of more than 4,300 digits raises ValueError, so neither is called on input.
+    """
+    if value is None or isinstance(value, (bool, float)):
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() > 128:
+            return f"an integer of {value.bit_length()} bits"
+        return str(value)
+    if isinstance(value, (str, bytes)):
+        cut = len(value) > SHOWN_CHARS
+        return repr(value[:SHOWN_CHARS]) + ("..." if cut else "")
+    return f"a {type(value).__name__}"
+
+
+def _plain(text: str) -> str:
+    """Input text shown bare when it is short printable ASCII, else as _shown() writes it."""
+    if isinstance(text, str) and len(text) <= SHOWN_CHARS and text.isascii() and text.isprintable():
+        return text
+    return _shown(text)
 
 
 class _ContainersOnlyUnpickler(pickle.Unpickler):
@@ -88,29 +126,57 @@ class _ContainersOnlyUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         raise SnapshotError(
-            f"the pickle asks for the Python object {module}.{name}; a memory snapshot holds "
+            f"the pickle asks for the Python object {_plain(module)}.{_plain(name)}; a memory snapshot holds "
             "only dicts, lists, strings and numbers, so it is refused (loading it could run "
             "code)"
         )
 
 
+def _read_checked(raw: BinaryIO) -> bytes:
+    """The (decompressed) bytes of a file whose first bytes pass _check_head; raw has peek."""
+    compressed = raw.peek(2)[:2] == b"\x1f\x8b"
+    stream = gzip.GzipFile(fileobj=raw) if compressed else raw
+    try:
+        head = stream.read(HEAD_BYTES)
+        _check_head(head)
+        return head + stream.read()
+    except (OSError, EOFError, ValueError, zlib.error) as error:  # BadGzipFile is an OSError
+        if not compressed:
+            raise
+        raise SnapshotError(f"broken gzip data: {_plain(str(error))}") from None
+
+
 def load_snapshot(source: "str | bytes | BinaryIO") -> Dict[str, Any]:
-    """Reads a snapshot pickle (a path, the bytes, or a binary file), checking its layout."""
+    """Reads a snapshot pickle (a path, the bytes, or a binary file), checking its layout.
+
+    The first bytes are checked before the rest is read (or decompressed), so /dev/zero or
+    a gzip of zeros is refused at once.
+    """
     if isinstance(source, bytes):
-        data = source
+        data = _read_checked(io.BufferedReader(io.BytesIO(source)))
     elif isinstance(source, str):
         try:
             with open(source, "rb") as f:
-                data = f.read()
+                data = _read_checked(f)
         except OSError as error:
             raise SnapshotError(f"cannot read {source}: {error.strerror or error}") from None
     else:
-        data = source.read()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, ValueError) as error:
-            raise SnapshotError(f"broken gzip data: {error}") from None
+        data = _read_checked(source if hasattr(source, "peek") else io.BufferedReader(source))
+    try:
+        snapshot = _ContainersOnlyUnpickler(io.BytesIO(data)).load()
+    except SnapshotError:
+        raise
+    except Exception as error:  # pickle raises many kinds on garbage; all mean the same here
+        raise SnapshotError(
+            f"not a pickle, or a truncated one ({type(error).__name__}: {_plain(str(error))}); "
+            "expected the file written by torch.cuda.memory._dump_snapshot()"
+        ) from None
+    check_layout(snapshot)
+    return snapshot
+
+
+def _check_head(data: bytes) -> None:
+    """Refuses what is plainly no pickle from the first bytes alone."""
     if not data:
         raise SnapshotError("the file is empty: expected a pickle from "
                             "torch.cuda.memory._dump_snapshot()")
@@ -121,21 +187,18 @@ def load_snapshot(source: "str | bytes | BinaryIO") -> Dict[str, Any]:
         raise SnapshotError("this is already an sdalloc event trace: give it to sdalloc directly")
     if data.startswith(b"Thread,Time,Action,Pointer,Size,Stream"):
         raise SnapshotError("this is an RMM log: sdalloc reads it directly")
-    try:
-        snapshot = _ContainersOnlyUnpickler(io.BytesIO(data)).load()
-    except SnapshotError:
-        raise
-    except Exception as error:  # pickle raises many kinds on garbage; all mean the same here
+    if data[0] not in _PICKLE_OPCODES:
         raise SnapshotError(
-            f"not a pickle, or a truncated one ({type(error).__name__}: {error}); expected the "
-            "file written by torch.cuda.memory._dump_snapshot()"
-        ) from None
-    check_layout(snapshot)
-    return snapshot
+            f"not a pickle (it starts with byte {data[0]:#04x}, which no pickle does); expected "
+            "the file written by torch.cuda.memory._dump_snapshot()")
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_uint64(value: Any) -> bool:
+    return _is_int(value) and 0 <= value < UINT64_LIMIT
 
 
 def check_layout(snapshot: Any) -> None:
@@ -146,7 +209,7 @@ def check_layout(snapshot: Any) -> None:
             "with 'segments' and 'device_traces' (torch.cuda.memory._snapshot())"
         )
     if "device_traces" not in snapshot:
-        keys = ", ".join(repr(k) for k in list(snapshot)[:8]) or "none"
+        keys = ", ".join(_shown(k) for k in itertools.islice(snapshot, 8)) or "none"
         hint = ("; it has 'segments' but no history: call "
                 "torch.cuda.memory._record_memory_history() before running the model"
                 if "segments" in snapshot else "")
@@ -163,9 +226,10 @@ def check_layout(snapshot: Any) -> None:
         where = f"segments[{i}]"
         if not isinstance(segment, dict):
             raise SnapshotError(f"{where} is a {type(segment).__name__}, not a dict")
-        if not _is_int(segment.get("total_size")) or segment["total_size"] < 0:
-            raise SnapshotError(f"{where} has no 'total_size' (a non-negative integer)")
-        if "device" in segment and not _is_int(segment["device"]):
+        if not _is_uint64(segment.get("total_size")):
+            raise SnapshotError(f"{where} has no 'total_size' (a non-negative integer below "
+                                "2^64)")
+        if "device" in segment and not _is_uint64(segment["device"]):
             raise SnapshotError(f"{where} 'device' is not an integer")
 
 
@@ -179,12 +243,14 @@ def _check_entry(entry: Any, where: str) -> str:
         for key in ("addr", "size"):
             if key not in entry:
                 raise SnapshotError(f"{where} (action '{action}') has no '{key}'")
-            if not _is_int(entry[key]) or entry[key] < 0:
+            if not _is_uint64(entry[key]):
                 raise SnapshotError(f"{where} (action '{action}') '{key}' is "
-                                    f"{entry[key]!r}, not a non-negative integer")
-        if "stream" in entry and not _is_int(entry["stream"]):
+                                    f"{_shown(entry[key])}, not a non-negative integer below "
+                                    "2^64")
+        if "stream" in entry and not _is_uint64(entry["stream"]):
             raise SnapshotError(f"{where} (action '{action}') 'stream' is "
-                                f"{entry['stream']!r}, not an integer")
+                                f"{_shown(entry['stream'])}, not a stream handle (an integer "
+                                "from 0 to 2^64 - 1)")
     return action
 
 
@@ -317,8 +383,15 @@ def convert(snapshot: Dict[str, Any], source: str = "<snapshot>", device: Option
         result.frees += 1
         live_bytes -= alloc_size
 
+    seen: Dict[int, int] = {}                 # id(entry) -> its first index
     for index, entry in enumerate(entries):
-        action = _check_entry(entry, f"device_traces[{device}][{index}]")
+        where = f"device_traces[{device}][{index}]"
+        first = seen.setdefault(id(entry), index)
+        if first != index:
+            raise SnapshotError(
+                f"{where} is the same object as device_traces[{device}][{first}]: a snapshot "
+                "never repeats an entry (a crafted pickle can make one entry stand for millions)")
+        action = _check_entry(entry, where)
         if action in RESERVE_ACTIONS:
             result.segment_events += 1
             reserved += RESERVE_ACTIONS[action] * entry["size"]
@@ -342,6 +415,8 @@ def convert(snapshot: Dict[str, Any], source: str = "<snapshot>", device: Option
             result.events.append(("a", result.allocations, size, stream))
             result.allocations += 1
             live_bytes += size
+            if live_bytes >= UINT64_LIMIT:
+                raise SnapshotError(f"{where}: the bytes live at once exceed 2^64 - 1")
             result.peak_live_bytes = max(result.peak_live_bytes, live_bytes)
         elif addr in live:
             free(addr, size, stream_number(handle))
@@ -388,7 +463,10 @@ def convert(snapshot: Dict[str, Any], source: str = "<snapshot>", device: Option
         result.warnings.append(
             f"PyTorch raised out-of-memory {result.ooms} time(s) while recording")
     if result.unknown_actions:
-        listed = ", ".join(f"{a} x{n}" for a, n in sorted(result.unknown_actions.items()))
+        counted = sorted(result.unknown_actions.items())
+        listed = ", ".join(f"{_plain(a)} x{n}" for a, n in counted[:10])
+        if len(counted) > 10:
+            listed += f" and {len(counted) - 10} more"
         result.warnings.append(f"unknown actions ignored: {listed}")
     if result.free_action == "free_requested" and free_at == "auto":
         result.warnings.append("the history has no free_completed entries: freeing at "
@@ -456,6 +534,10 @@ def main(argv: Optional[List[str]] = None, stdout: Optional[TextIO] = None,
         return 1
     except OSError as error:
         stderr.write(f"error: cannot write {error.filename}: {error.strerror}\n")
+        return 1
+    except Exception as error:  # a crafted file must end in one line, never a traceback
+        stderr.write(f"{args.snapshot}: error: cannot convert ({type(error).__name__}: "
+                     f"{_plain(str(error))})\n")
         return 1
     if not args.quiet:
         report.write(summary_text(result, "standard output" if to_stdout else args.output))

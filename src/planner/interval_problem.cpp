@@ -1,6 +1,7 @@
 // Interval problems on disk and from event traces: MiniMalloc's CSV (`id,lower,upper,size`)
 // in, `id,lower,upper,size,offset` out, and an EventTrace turned into buffers with
-// time = event index.
+// time = event index. Lines are read one bounded line at a time (an input with no line end,
+// /dev/zero, fails at 1 MiB), and input text in messages is escaped (trace/quoted.hpp).
 #include <charconv>
 #include <cstdint>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/planner/planner.hpp"
 #include "sdalloc/trace/event_trace.hpp"
+#include "trace/quoted.hpp"
 
 namespace sdalloc {
 namespace {
@@ -36,14 +38,33 @@ std::vector<std::string_view> split_fields(std::string_view text) {
   }
 }
 
+constexpr std::size_t kMaxLineBytes = std::size_t{1} << 20;
+
+// std::getline, but failing on a line longer than kMaxLineBytes instead of growing without end.
+bool read_line(std::istream& in, std::string& text, const std::string& source, std::size_t line) {
+  text.clear();
+  std::streambuf* buffer = in.rdbuf();
+  if (buffer == nullptr) return false;
+  for (;;) {
+    const int c = buffer->sbumpc();
+    if (c == std::char_traits<char>::eof()) return !text.empty();
+    if (c == '\n') return true;
+    if (text.size() == kMaxLineBytes) {
+      fail(source, line, "line is longer than " + std::to_string(kMaxLineBytes) + " bytes");
+    }
+    text.push_back(static_cast<char>(c));
+  }
+}
+
 template <typename Int>
 Int parse_field(std::string_view field, const char* name, const std::string& source,
                 std::size_t line) {
   Int value{};
   const auto [end, error] = std::from_chars(field.data(), field.data() + field.size(), value);
   if (field.empty() || error != std::errc() || end != field.data() + field.size()) {
-    fail(source, line,
-         std::string("bad ") + name + " '" + std::string(field) + "' (expected a decimal integer)");
+    fail(
+        source, line,
+        std::string("bad ") + name + " " + detail::quoted(field) + " (expected a decimal integer)");
   }
   return value;
 }
@@ -56,7 +77,7 @@ std::vector<Buffer> parse_interval_csv(std::istream& in, const std::string& sour
   std::string text;
   std::size_t line = 0;
   std::size_t columns = 0;
-  while (std::getline(in, text)) {
+  while (read_line(in, text, source_name, line + 1)) {
     ++line;
     if (!text.empty() && text.back() == '\r') text.pop_back();
     const std::vector<std::string_view> fields = split_fields(text);
@@ -66,7 +87,8 @@ std::vector<Buffer> parse_interval_csv(std::istream& in, const std::string& sour
       } else if (text == "id,lower,upper,size,offset") {
         columns = 5;
       } else {
-        fail(source_name, line, "header must be 'id,lower,upper,size' (got '" + text + "')");
+        fail(source_name, line,
+             "header must be 'id,lower,upper,size' (got " + detail::quoted(text) + ")");
       }
       continue;
     }

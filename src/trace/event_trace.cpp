@@ -1,10 +1,10 @@
 // event_trace.cpp - reading, checking and writing event traces.
 //
-// The whole text is read into memory first (through zlib, which passes plain files through
-// unchanged), then split into lines and fields by hand: no regex, no stream extraction per
-// field, so a 100k-line trace parses in milliseconds. Validation keeps one record per id
-// (its size and the lines that allocated and freed it) so every error can point at both
-// the offending line and the earlier line it conflicts with.
+// The text is streamed a chunk at a time (text_lines.hpp: through zlib, which passes plain
+// files through unchanged), split into lines and fields by hand: no regex, no stream
+// extraction per field, so a 100k-line trace parses in milliseconds. Validation keeps one record
+// per id (its size and the lines that allocated and freed it) so every error can point at both the
+// offending line and the earlier line it conflicts with.
 #include "sdalloc/trace/event_trace.hpp"
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "trace/decimal_field.hpp"
 #include "trace/quoted.hpp"
 #include "trace/text_lines.hpp"
+#include "trace/trace_parsers.hpp"
 
 namespace sdalloc {
 namespace {
@@ -43,22 +44,15 @@ struct IdRecord {
 
 class TraceParser {
  public:
-  TraceParser(std::string source, std::string_view text)
-      : source_(std::move(source)), lines_(text) {}
+  explicit TraceParser(TextLines& lines) : lines_(lines) {}
 
   EventTrace parse() {
     EventTrace trace;
-    trace.source = source_;
+    trace.source = lines_.source();
     std::string_view line;
     while (lines_.next(line)) {
       if (lines_.number() == 1) {
         read_header(line);
-        // Counting lines is a memchr-speed pass; it lets the vector and the table be sized
-        // once instead of growing (and copying) a dozen times.
-        const std::string_view rest = lines_.rest();
-        const auto lines = static_cast<std::size_t>(std::count(rest.begin(), rest.end(), '\n'));
-        trace.events.reserve(lines);
-        ids_.reserve(lines / 2 + 1);
         continue;
       }
       trace.events.push_back(read_event(line));
@@ -69,9 +63,7 @@ class TraceParser {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& problem) const {
-    throw TraceFormatError(source_, lines_.number() == 0 ? 1 : lines_.number(), problem);
-  }
+  [[noreturn]] void fail(const std::string& problem) const { lines_.fail(problem); }
 
   void read_header(std::string_view line) {
     fields_ = event_trace_header_fields(line);
@@ -160,8 +152,7 @@ class TraceParser {
     live_bytes_ -= event.size;
   }
 
-  std::string source_;
-  TextLines lines_;
+  TextLines& lines_;
   std::size_t fields_ = 0;
   std::uint64_t live_bytes_ = 0;
   std::unordered_map<std::uint64_t, IdRecord> ids_;
@@ -191,19 +182,16 @@ std::size_t EventTrace::allocation_count() const {
   return count;
 }
 
-EventTrace read_event_trace(const std::string& path) {
-  const TraceText text = read_trace_text(path);
-  return TraceParser(text.source, text.bytes).parse();
+EventTrace detail::parse_event_lines(TextLines& lines) { return TraceParser(lines).parse(); }
+
+EventTrace read_event_trace(const std::string& path, const TraceLimits& limits) {
+  TextLines lines = TextLines::open(path, limits);
+  return detail::parse_event_lines(lines);
 }
 
-EventTrace parse_event_trace(std::istream& in, std::string source_name) {
-  std::string text;
-  std::array<char, 1 << 16> chunk;
-  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
-    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
-  }
-  if (in.bad()) throw TraceFormatError(source_name, 0, "read error");
-  return TraceParser(std::move(source_name), text).parse();
+EventTrace parse_event_trace(std::istream& in, std::string source_name, const TraceLimits& limits) {
+  TextLines lines(std::move(source_name), in, limits);
+  return detail::parse_event_lines(lines);
 }
 
 void write_event_trace(const EventTrace& trace, std::ostream& out) {

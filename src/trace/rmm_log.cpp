@@ -1,9 +1,9 @@
 // rmm_log.cpp - converting RMM's logging_resource_adaptor CSV to an event trace.
 //
-// One pass over the text: split lines and fields by hand (as event_trace.cpp does), keep a
-// table from each live pointer to its id, size and line, so a bad free can name both its
-// own line and the line that allocated the pointer, and a table from stream handle to its
-// small number.
+// One pass over the text, streamed (text_lines.hpp): split lines and fields by hand (as
+// event_trace.cpp does), keep a table from each live pointer to its id, size and line, so a bad
+// free can name both its own line and the line that allocated the pointer, and a table from stream
+// handle to its small number.
 #include "sdalloc/trace/rmm_log.hpp"
 
 #include <array>
@@ -16,6 +16,7 @@
 #include "trace/decimal_field.hpp"
 #include "trace/quoted.hpp"
 #include "trace/text_lines.hpp"
+#include "trace/trace_parsers.hpp"
 
 namespace sdalloc {
 namespace {
@@ -38,11 +39,10 @@ struct LiveAllocation {
 
 class RmmLogParser {
  public:
-  RmmLogParser(std::string source, std::string_view text)
-      : source_(std::move(source)), lines_(text) {}
+  explicit RmmLogParser(detail::TextLines& lines) : lines_(lines) {}
 
   RmmLog parse() {
-    log_.trace.source = source_;
+    log_.trace.source = lines_.source();
     std::string_view line;
     while (lines_.next(line)) {
       if (lines_.number() == 1) {
@@ -59,9 +59,7 @@ class RmmLogParser {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& problem) const {
-    throw TraceFormatError(source_, lines_.number() == 0 ? 1 : lines_.number(), problem);
-  }
+  [[noreturn]] void fail(const std::string& problem) const { lines_.fail(problem); }
 
   void read_line(std::string_view line) {
     if (line.empty()) fail("empty line (every line after the header is one call)");
@@ -186,8 +184,7 @@ class RmmLogParser {
     return it->second;
   }
 
-  std::string source_;
-  detail::TextLines lines_;
+  detail::TextLines& lines_;
   std::uint64_t next_id_ = 0;
   RmmLog log_;
   std::unordered_map<std::uint64_t, LiveAllocation> live_;
@@ -197,13 +194,16 @@ class RmmLogParser {
 
 }  // namespace
 
-RmmLog parse_rmm_log(std::string_view text, std::string source_name) {
-  return RmmLogParser(std::move(source_name), text).parse();
+RmmLog detail::parse_rmm_lines(TextLines& lines) { return RmmLogParser(lines).parse(); }
+
+RmmLog parse_rmm_log(std::string_view text, std::string source_name, const TraceLimits& limits) {
+  detail::TextLines lines(std::move(source_name), text, limits);
+  return detail::parse_rmm_lines(lines);
 }
 
-RmmLog read_rmm_log(const std::string& path) {
-  TraceText input = read_trace_text(path);
-  return parse_rmm_log(input.bytes, std::move(input.source));
+RmmLog read_rmm_log(const std::string& path, const TraceLimits& limits) {
+  detail::TextLines lines = detail::TextLines::open(path, limits);
+  return detail::parse_rmm_lines(lines);
 }
 
 }  // namespace sdalloc

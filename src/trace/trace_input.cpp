@@ -1,7 +1,9 @@
 // trace_input.cpp - reading any trace file: decompress, recognise the format, convert.
 //
-// The whole file is read once (zlib's gz* functions pass plain files through unchanged), so
-// standard input can be recognised and then parsed without being read twice.
+// The file is streamed (text_lines.hpp; zlib's gz* functions pass plain files through
+// unchanged): the format is told from its first bytes, then the same stream is parsed on, so
+// standard input is read once and a file that is no trace (/dev/zero, a gzip of zeros) fails
+// before the rest of it is read.
 #include "sdalloc/trace/trace_input.hpp"
 
 #include <algorithm>
@@ -13,11 +15,14 @@
 #include "sdalloc/trace/rmm_log.hpp"
 
 #include "trace/quoted.hpp"
+#include "trace/text_lines.hpp"
+#include "trace/trace_parsers.hpp"
 
 namespace sdalloc {
 namespace {
 
 constexpr std::string_view kConverter = "tools/torch_snapshot_to_trace.py";
+constexpr std::size_t kFormatBytes = 4096;  // every header is one short line
 
 std::string_view first_line(std::string_view bytes) {
   std::string_view line = bytes.substr(0, bytes.find('\n'));
@@ -74,14 +79,13 @@ TraceFormat detect_trace_format(std::string_view bytes, const std::string& sourc
                              std::string(kRmmLogHeader) + "')");
 }
 
-TraceInput read_trace_input(const std::string& path) {
-  TraceText text = read_trace_text(path);
-  const TraceFormat format = detect_trace_format(text.bytes, text.source);
+TraceInput read_trace_input(const std::string& path, const TraceLimits& limits) {
+  detail::TextLines lines = detail::TextLines::open(path, limits);
+  const TraceFormat format = detect_trace_format(lines.peek(kFormatBytes), lines.source());
   if (format == TraceFormat::kEventTrace) {
-    std::istringstream in(std::move(text.bytes));
-    return TraceInput{parse_event_trace(in, std::move(text.source)), format, {}};
+    return TraceInput{detail::parse_event_lines(lines), format, {}};
   }
-  RmmLog log = parse_rmm_log(text.bytes, std::move(text.source));
+  RmmLog log = detail::parse_rmm_lines(lines);
   TraceInput input{std::move(log.trace), format, {}};
   if (log.allocation_failures != 0) {
     input.notes.push_back(std::to_string(log.allocation_failures) +
@@ -103,6 +107,8 @@ TraceInput read_trace_input(const std::string& path) {
   return input;
 }
 
-EventTrace read_any_trace(const std::string& path) { return read_trace_input(path).trace; }
+EventTrace read_any_trace(const std::string& path, const TraceLimits& limits) {
+  return read_trace_input(path, limits).trace;
+}
 
 }  // namespace sdalloc

@@ -414,3 +414,97 @@ def test_main_can_be_called_in_process(tmp_path):
     assert converter.main([str(snap), "--quiet"], stdout=stdout, stderr=stderr) == 0
     assert stdout.getvalue() == EXPECTED_DEVICE0_TRACE
     assert stderr.getvalue() == ""
+
+
+# --- issue 15, F8: crafted pickles end in a one-line error, within bounds ---------------------
+
+def nested_pickle(depth, opener, closer):
+    """A pickle of `depth` nested containers (pickle.dumps itself would recurse that deep)."""
+    return opener * depth + closer * depth
+
+
+def snapshot_pickle_with(size_bytes):
+    """A snapshot pickle (protocol 4) built from opcodes, `size_bytes` the size of its only
+    entry."""
+    entry = (b"}(\x8c\x06action\x8c\x05alloc\x8c\x04addr\x4b\x10\x8c\x04size" + size_bytes
+             + b"u")
+    body = b"}(\x8c\x08segments]\x8c\x0ddevice_traces](]" + entry + b"aeu"
+    return b"\x80\x04" + body + b"."
+
+
+def test_f8_deeply_nested_key_or_value_is_a_one_line_error(tmp_path):
+    deep_tuple = nested_pickle(100_000, b"", b"\x85")  # TUPLE1 around TUPLE1 ...
+    no_history = b"\x80\x04}" + b")" + deep_tuple + b"K\x01s."
+    message = load_error(no_history)
+    assert "no 'device_traces' (keys: a tuple)" in message
+    deep_list = b"]" + nested_pickle(100_000, b"]", b"a")  # lists in lists
+    snapshot = converter.load_snapshot(snapshot_pickle_with(size_bytes=deep_list))
+    assert "'size' is a list, not a non-negative integer" in convert_error(snapshot)
+    path = tmp_path / "nested.pickle"
+    path.write_bytes(no_history)
+    run = run_script(path)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert len(run.stderr.splitlines()) == 1
+
+
+def test_f8_huge_integers_and_out_of_range_fields_are_refused():
+    snapshot = realistic_snapshot()
+    snapshot["device_traces"][0][3]["size"] = 10**5000
+    message = convert_error(snapshot)
+    assert "'size' is an integer of 16610 bits, not a non-negative integer below 2^64" in message
+    snapshot = realistic_snapshot()
+    snapshot["device_traces"][0][3]["size"] = 2**70
+    assert "'size' is 1180591620717411303424, not a non-negative integer below 2^64" in (
+        convert_error(snapshot))
+    snapshot = realistic_snapshot()
+    snapshot["device_traces"][0][3]["stream"] = -1
+    assert "'stream' is -1, not a stream handle" in convert_error(snapshot)
+    snapshot = realistic_snapshot()
+    snapshot["segments"][0]["total_size"] = 2**64
+    assert "segments[0] has no 'total_size'" in convert_error(snapshot)
+    snapshot = {"segments": [], "device_traces": [[entry("alloc", 0x10, 2**63),
+                                                   entry("alloc", 0x20, 2**63)]]}
+    assert "device_traces[0][1]: the bytes live at once exceed 2^64 - 1" in convert_error(snapshot)
+
+
+def test_f8_one_entry_referenced_millions_of_times_is_refused_at_once():
+    one = entry("alloc", 0x1000, 64)
+    data = pickle.dumps({"segments": [], "device_traces": [[one] * 3_000_000]}, protocol=4)
+    assert len(data) < 7_000_000  # the finding's 6 MB pickle
+    message = convert_error(converter.load_snapshot(data))
+    assert "device_traces[0][1] is the same object as device_traces[0][0]" in message
+
+
+def test_f8_zeros_are_refused_from_the_first_bytes_without_reading_the_rest():
+    import tracemalloc
+    import zlib
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip framing
+    zeros = bytes(1 << 20)
+    bomb = b"".join(packer.compress(zeros) for _ in range(512)) + packer.flush()  # 512 MiB
+    tracemalloc.start()
+    try:
+        message = load_error(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "not a pickle (it starts with byte 0x00" in message
+    assert peak < 16 * MiB
+    if Path("/dev/zero").exists():
+        assert "starts with byte 0x00" in load_error_from_path("/dev/zero")
+
+
+def load_error_from_path(path):
+    with pytest.raises(converter.SnapshotError) as error:
+        converter.load_snapshot(path)
+    return str(error.value)
+
+
+def test_f8_input_text_in_messages_is_escaped_and_shortened():
+    hostile = b"c\x1b[31mos\nsystem\n."  # GLOBAL with a terminal escape in the module name
+    message = load_error(hostile)
+    assert "\x1b" not in message and "'\\x1b[31mos'" in message
+    snapshot = realistic_snapshot()
+    snapshot["device_traces"][0].append(entry("\x1b]0;pwned\x07" + "x" * 500, 0, 0))
+    warnings = " ".join(converter.convert(snapshot).warnings)
+    assert "\x1b" not in warnings and "\x07" not in warnings and "..." in warnings
+    assert len(warnings) < 1000

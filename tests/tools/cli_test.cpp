@@ -4,7 +4,9 @@
 #include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -170,6 +172,74 @@ TEST(Cli, PlanPrintsJsonAndItsExitStatusSaysWhetherThePlanFits) {
   EXPECT_FALSE(nlohmann::json::parse(no_fit.out).at("fits").get<bool>());
   EXPECT_EQ(run_cli(dir, "plan '" + dir.file("absent.csv") + "'").status, 1);
   EXPECT_EQ(run_cli(dir, "plan").status, 2);  // INPUT is required
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 15: F7 (/dev/zero fails fast) and F9 (messages and --capacity).
+
+TEST(Cli, F7_ReplayAndPlanOfDevZeroFailFastWithStatusOne) {
+  if (!std::filesystem::exists("/dev/zero")) GTEST_SKIP() << "no /dev/zero";
+  TempDir dir;
+  for (const std::string command : {"replay -a pool", "plan"}) {
+    SCOPED_TRACE(command);
+    // `timeout` bounds a regression: it would hang (plan) or grow to 16.8 GB (replay).
+    const auto start = std::chrono::steady_clock::now();
+    const std::string err = dir.file("err.txt");
+    const int raw = std::system(("timeout 60 '" + std::string(SDALLOC_CLI) + "' " + command +
+                                 " /dev/zero >/dev/null 2>'" + err + "'")
+                                    .c_str());
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_TRUE(WIFEXITED(raw));
+    EXPECT_EQ(WEXITSTATUS(raw), 1);
+    EXPECT_LT(seconds, 10.0);
+    EXPECT_TRUE(Contains(test::read_file(err), "bad trace: /dev/zero:1: unrecognised trace format"))
+        << test::read_file(err);
+  }
+}
+
+TEST(Cli, F9_ControlBytesInATraceReachTheTerminalEscaped) {
+  TempDir dir;
+  const std::string path = dir.file("escapes.csv");
+  test::write_file(path, std::string("op,id,size\na,0,16\n\x1b]0;owned\x07\0,1,2\n", 34));
+  const CliRun run = run_cli(dir, "replay -a pool '" + path + "'");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_TRUE(Contains(run.err, "unknown op '\\x1b]0;owned\\x07\\x00' (expected 'a' or 'f')"))
+      << run.err;
+  EXPECT_EQ(run.err.find('\x1b'), std::string::npos);
+  EXPECT_EQ(run.err.find('\0'), std::string::npos);
+}
+
+TEST(Cli, F9_CapacityThatDoesNotFitIsRefusedAsGiven) {
+  TempDir dir;
+  for (const std::string command : {"replay -q -a pool", "plan"}) {
+    SCOPED_TRACE(command);
+    std::string trace = "'";  // appended: GCC 12 warns (-Wrestrict, falsely) about "'" + ...
+    trace.append(resnet_trace()).append("'");
+    const CliRun digits = run_cli(dir, command + " --capacity 99999999999999999999999 " + trace);
+    EXPECT_EQ(digits.status, 2);  // not silently 2^64 - 1
+    EXPECT_TRUE(Contains(digits.err, "--capacity: '99999999999999999999999' is too large"))
+        << digits.err;
+    const CliRun unit = run_cli(dir, command + " --capacity 17EB " + trace);
+    EXPECT_EQ(unit.status, 2);
+    EXPECT_TRUE(Contains(unit.err, "'17EB' is too large")) << unit.err;
+    const CliRun negative = run_cli(dir, command + " --capacity -5 " + trace);
+    EXPECT_EQ(negative.status, 2);
+    EXPECT_TRUE(Contains(negative.err, "'-5' is not a byte size")) << negative.err;
+    EXPECT_FALSE(Contains(negative.err, "1797693134862315"));  // DBL_MAX, 309 digits
+    const CliRun zero = run_cli(dir, command + " --capacity 0 " + trace);
+    EXPECT_EQ(zero.status, 2);
+    const CliRun long_text =
+        run_cli(dir, command + " --capacity " + std::string(5000, '7') + " " + trace);
+    EXPECT_EQ(long_text.status, 2);
+    EXPECT_LT(long_text.err.size(), 300u) << long_text.err;
+  }
+  // What fits is read as before: the largest size, units in either case, spaces before a unit.
+  EXPECT_EQ(run_cli(dir, "replay -q -a pool --capacity 16383PiB '" + resnet_trace() + "'").status,
+            0);
+  EXPECT_EQ(run_cli(dir, "replay -q -a pool --capacity '8 gb' '" + resnet_trace() + "'").status, 0);
+  const CliRun small = run_cli(dir, "replay -q -a pool --capacity 1k '" + resnet_trace() + "'");
+  EXPECT_EQ(small.status, 3);  // out of memory under 1 KiB: the capacity was applied
 }
 
 }  // namespace

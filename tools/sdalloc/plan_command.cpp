@@ -3,28 +3,33 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/planner/planner.hpp"
 #include "sdalloc/trace/event_trace.hpp"
 #include "sdalloc/trace/trace_input.hpp"
+#include "size_option.hpp"
 
 namespace sdalloc::tools {
 namespace {
 
 // MiniMalloc CSVs start with "id,"; anything else (including gzip) is read as an event trace.
+// Only those 3 bytes are read to tell: a file with no line end (/dev/zero) must not be read
+// whole here.
 std::vector<sdalloc::Buffer> read_buffers(const std::string& path) {
   if (path != "-") {
     std::ifstream in(path);
-    std::string header;
-    if (in && std::getline(in, header) && header.rfind("id,", 0) == 0) {
+    std::array<char, 3> head{};
+    if (in && in.read(head.data(), head.size()) && std::string_view(head.data(), 3) == "id,") {
       return sdalloc::read_interval_csv(path);
     }
   }
@@ -86,8 +91,7 @@ void PlanCommand::add_to(CLI::App& app) {
       ->required();
   plan->add_option("--output,-o", options.output, "write id,lower,upper,size,offset here");
   plan->add_option("--capacity", options.capacity, "look for a plan within this many bytes")
-      ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::PositiveNumber);
+      ->transform(byte_size_option());
   plan->add_option("--time-limit", options.time_limit, "seconds the planner may spend")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

@@ -11,6 +11,7 @@
 #include "replay/replay_output.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/trace/trace_input.hpp"
+#include "size_option.hpp"
 
 namespace sdalloc::tools {
 namespace {
@@ -59,8 +60,7 @@ void ReplayCommand::add_to(CLI::App& app) {
   replay
       ->add_option("--capacity", options.replay.capacity,
                    "cap sdalloc's allocators like a device of this size (e.g. 2500M, 8G)")
-      ->transform(CLI::AsSizeValue(false))
-      ->check(CLI::PositiveNumber);
+      ->transform(byte_size_option());
   replay->add_flag("--min-capacity", options.replay.min_capacity,
                    "find the least capacity each sdalloc allocator needs (bisection)");
   replay->add_flag("--touch", options.replay.touch,

@@ -14,7 +14,7 @@
 // input). Every problem is a TraceFormatError whose message is "<source>:<line>: <what is
 // wrong>" with the 1-based line; a gzip file that ends early is an error, never a silently
 // shorter trace. A file that cannot be opened is a TraceFormatError "<source>: cannot open:
-// <reason>" (line 0).
+// <reason>" (line 0). The input is streamed within TraceLimits (trace_text.hpp).
 #pragma once
 
 #include <cstddef>
@@ -46,10 +46,11 @@ struct EventTrace {
   std::size_t allocation_count() const;
 };
 
-// Reads a plain or gzip file; "-" reads standard input.
-EventTrace read_event_trace(const std::string& path);
+// Reads a plain or gzip file, streaming; "-" reads standard input.
+EventTrace read_event_trace(const std::string& path, const TraceLimits& limits = {});
 // Parses text already open; source_name is used in error messages and as the trace's source.
-EventTrace parse_event_trace(std::istream& in, std::string source_name);
+EventTrace parse_event_trace(std::istream& in, std::string source_name,
+                             const TraceLimits& limits = {});
 // Writes the trace in the format above: with a stream column unless every stream is 0.
 void write_event_trace(const EventTrace& trace, std::ostream& out);
 

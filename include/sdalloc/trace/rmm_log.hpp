@@ -49,8 +49,9 @@ struct RmmLog {
 };
 
 // Parses a whole log held in memory; source_name names it in errors and in the trace.
-RmmLog parse_rmm_log(std::string_view text, std::string source_name);
-// Reads a plain or gzip file; "-" reads standard input.
-RmmLog read_rmm_log(const std::string& path);
+RmmLog parse_rmm_log(std::string_view text, std::string source_name,
+                     const TraceLimits& limits = {});
+// Reads a plain or gzip file, streaming; "-" reads standard input.
+RmmLog read_rmm_log(const std::string& path, const TraceLimits& limits = {});
 
 }  // namespace sdalloc

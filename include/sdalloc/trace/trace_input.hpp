@@ -11,7 +11,8 @@
 //   a zip archive (bytes "PK\3\4")                 -> rejected: torch.save() output, not a trace
 //   anything else                                  -> rejected, naming the first line found
 // Every problem is a TraceFormatError "<source>:<line>: <what is wrong>" (line 0 when the
-// file cannot be opened); a truncated gzip file is an error, never a shorter trace.
+// file cannot be opened); a truncated gzip file is an error, never a shorter trace; a line or
+// an input beyond TraceLimits is an error naming the line reached.
 #pragma once
 
 #include <string>
@@ -35,12 +36,14 @@ struct TraceInput {
   std::vector<std::string> notes;
 };
 
-// Which reader the bytes need; throws the TraceFormatError described above when none does.
+// Which reader the bytes need, told from the first line (the first few KiB are enough); throws the
+// TraceFormatError described above when none does.
 TraceFormat detect_trace_format(std::string_view bytes, const std::string& source);
 
-// Reads and converts, keeping what the conversion reports.
-TraceInput read_trace_input(const std::string& path);
-// Reads and converts; read_trace_input(path).trace.
-EventTrace read_any_trace(const std::string& path);
+// Reads and converts, streaming within `limits` (trace_text.hpp), keeping what the
+// conversion reports. The format is told from the first bytes, before the rest is read.
+TraceInput read_trace_input(const std::string& path, const TraceLimits& limits = {});
+// Reads and converts; read_trace_input(path, limits).trace.
+EventTrace read_any_trace(const std::string& path, const TraceLimits& limits = {});
 
 }  // namespace sdalloc

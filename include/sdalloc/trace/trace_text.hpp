@@ -5,9 +5,16 @@
 // every format, so the byte reader needs no format's header) naming the file, with line 0 when it
 // cannot be opened and the line reached when the gzip stream is truncated or corrupt (a cut-off
 // file never reads as a shorter trace).
+//
+// The readers stream their input: a file is read and decompressed a chunk at a time, its format
+// told from its first bytes, and no more than one line (and one chunk) is held at once. So a
+// file that is no trace (/dev/zero, a gzip of zeros) fails at once, and TraceLimits bounds what
+// a hostile one can cost: a line longer than max_line_bytes, or more than max_bytes of
+// (decompressed) input, is a TraceFormatError naming the line reached.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "sdalloc/core/errors.hpp"
@@ -16,7 +23,9 @@ namespace sdalloc {
 
 // A trace that cannot be read, in any format: the message is "<source>:<line>: <problem>",
 // or "<source>: <problem>" for line 0 (the problem is not on one line, e.g. the file cannot
-// be opened). An InvalidArgument, so callers that catch bad input catch it too.
+// be opened). An InvalidArgument, so callers that catch bad input catch it too. The message
+// holds no control byte: input bytes in it are escaped as \xNN (a NUL would cut it short, a
+// terminal escape code would reach the terminal); `source` keeps the name as given.
 class TraceFormatError : public InvalidArgument {
  public:
   TraceFormatError(const std::string& source_name, std::size_t line_number,
@@ -25,14 +34,22 @@ class TraceFormatError : public InvalidArgument {
   std::size_t line;
 };
 
+// Bounds on one trace input. The defaults are far beyond any real trace (the bundled SD 1.5
+// UNet trace has 26-byte lines) and keep a hostile or mistaken input from exhausting memory.
+struct TraceLimits {
+  std::size_t max_line_bytes = std::size_t{1} << 20;  // 1 MiB
+  std::uint64_t max_bytes = std::uint64_t{64} << 30;  // 64 GiB, after decompression
+};
+
 // The decompressed bytes of a file and the name errors use for it ("<stdin>" for "-").
 struct TraceText {
   std::string source;
   std::string bytes;
 };
 
-// Reads a whole plain or gzip file (zlib tells them apart); "-" reads standard input,
-// which stays open for others.
-TraceText read_trace_text(const std::string& path);
+// Reads a whole plain or gzip file (zlib tells them apart), at most limits.max_bytes; "-"
+// reads standard input, which stays open for others. The trace readers do not use it: they
+// stream.
+TraceText read_trace_text(const std::string& path, const TraceLimits& limits = {});
 
 }  // namespace sdalloc
