@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "sdalloc/core/errors.hpp"
@@ -78,6 +79,14 @@ class FaultPlan {
     countdown_.store(-1);
     probability_ = 0;
   }
+  // Counts (and may fail) only calls of the kinds in `kinds`; the others pass through
+  // uncounted. All kinds by default.
+  template <class Kinds = std::initializer_list<ResourceCall>>
+  void count_only(const Kinds& kinds) {
+    std::uint32_t mask = 0;
+    for (const ResourceCall kind : kinds) mask |= bit(kind);
+    mask_ = mask;
+  }
   std::uint64_t calls() const { return calls_.load(); }
   std::uint64_t failures() const { return failures_.load(); }
   // The kind of the last call that was made to fail.
@@ -85,6 +94,7 @@ class FaultPlan {
 
   // Counts a call of kind `call`; throws its failure if this is the one armed.
   void count(ResourceCall call, const std::string& resource_name) {
+    if ((mask_ & bit(call)) == 0) return;
     ++calls_;
     if (!should_fail()) return;
     ++failures_;
@@ -96,6 +106,8 @@ class FaultPlan {
   }
 
  private:
+  static std::uint32_t bit(ResourceCall call) { return 1u << static_cast<unsigned>(call); }
+
   bool should_fail() {
     if (probability_ != 0) {
       // xorshift64*: cheap, and the same seed gives the same failures.
@@ -116,6 +128,7 @@ class FaultPlan {
   std::atomic<std::uint64_t> calls_{0};
   std::atomic<std::uint64_t> failures_{0};
   std::atomic<ResourceCall> last_failed_{ResourceCall::kAllocate};
+  std::uint32_t mask_ = ~0u;
   std::uint32_t probability_ = 0;
   std::uint64_t state_ = 1;
 };
