@@ -67,7 +67,7 @@ for name in "${names[@]}"; do
   end=$(date +%s.%N)
   executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
-  rate=$(awk -v n="${executions:-0}" -v t="$elapsed" 'BEGIN { printf "%.0f", t > 0 ? n / t : 0 }')
+  rate=$(awk -v n="${executions:-0}" -v t="$elapsed" 'BEGIN { printf "%.0f", (t > 0) ? n / t : 0 }')
   line="$name: ${executions:-?} executions in $elapsed s ($rate/s)"
   if [[ $rc -ne 0 ]]; then
     line+=" FINDING (exit $rc, log $log)"

@@ -49,6 +49,13 @@ struct Block {
   Stream stream;
 };
 
+// Whether calls that give memory back (deallocate, unmap) fail too: not by default, while
+// the findings they reveal are open (see the uses).
+bool fail_deallocate() {
+  static const bool on = std::getenv("SDALLOC_FUZZ_FAIL_DEALLOCATE") != nullptr;
+  return on;
+}
+
 Stream stream_of(std::uint8_t n) { return Stream{static_cast<std::uintptr_t>(n % 3) * 0x100}; }
 
 // One pool of any kind, seen through the operations the fuzzer makes.
@@ -121,8 +128,20 @@ struct Harness {
       } else {
         pool.free(p, stream);
       }
+    } catch (const InvalidArgument& e) {
+      broken("free of a live block refused:", e.what());
+    } catch (const InvalidPointer& e) {
+      broken("free of a live block refused:", e.what());
     } catch (const Error& e) {
-      broken("free of a live block failed:", e.what());
+      // An injected failure (an unmap of the virtual-memory pool's eager_unmap): the free
+      // must then have changed nothing, the block still live.
+      require(faults.failures() > 0, "free failed with no failure injected");
+      try {
+        (void)pool.allocation_size(p);
+      } catch (const InvalidPointer&) {
+        broken("free threw, yet freed the block:", e.what());
+      }
+      return;
     }
     live_bytes -= it->second.size;
     live.erase(it);
@@ -226,6 +245,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (kind == 2) {
     fuzz::HeapVirtualMemory memory(cap);
     test::FaultInjectingVirtualMemory faulty(memory, faults);
+    // A failed unmap under eager_unmap makes free() throw although it freed the block
+    // (finding FV1, known_findings/pools-vmm-eager-unmap-free-throws; src/policies/
+    // virtual_memory_pool is being fixed elsewhere). SDALLOC_FUZZ_FAIL_DEALLOCATE=1 fails
+    // unmap too.
+    if (!fail_deallocate()) {
+      faults.count_only(
+          {test::ResourceCall::kReserve, test::ResourceCall::kCreate, test::ResourceCall::kMap});
+    }
     VirtualMemoryPoolOptions options;
     options.large_page_size = std::size_t{4096} << in.ConsumeIntegralInRange<int>(0, 4);
     options.small_page_size = std::size_t{4096} << in.ConsumeIntegralInRange<int>(0, 2);
@@ -244,6 +271,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   fuzz::HeapResource heap(cap);
   test::FaultInjectingResource faulty(heap, faults);
+  // A failed deallocate breaks CachingPool and PlannedArena today (issue 15, findings FA1-FA3
+  // of fault injection: free() reports an error for a free that happened, the recording's
+  // books break, a segment record leaks; known_findings/ has an input). Until they are
+  // fixed, only allocate fails here; SDALLOC_FUZZ_FAIL_DEALLOCATE=1 fails both.
+  if (!fail_deallocate()) faults.count_only({test::ResourceCall::kAllocate});
   CachingPoolOptions options;
   options.segment_granularity = std::size_t{4096} << in.ConsumeIntegralInRange<int>(0, 3);
   options.min_segment_size =
