@@ -11,7 +11,7 @@
 //  - an error that escaped is typed: OutOfMemory when an allocate, reserve or create failed,
 //    another sdalloc::Error (not InvalidArgument / InvalidPointer) otherwise;
 //  - the same request, made again, succeeds.
-// Pools: CachingPool and PlannedArena (three steps: recorded, then planned) over HostResource,
+// Pools: CachingPool and PlannedArena (two steps: recorded, then planned) over HostResource,
 // every call of the UNet trace; VirtualMemoryPool over HostVirtualMemory, whose map calls
 // number in the tens of thousands on that trace, every call of a shorter real trace (the
 // first events of the ResNet trace) and a seeded random sample of the UNet trace's calls.
@@ -220,13 +220,15 @@ struct CachingStack {
 struct PlannedStack {
   // A short planning budget: the test plans once per run, hundreds of runs.
   explicit PlannedStack(FaultPlan& plan)
-      : faulty(host, plan), pool(faulty, {.planner_time_limit_seconds = 0.05}) {}
+      : faulty(host, plan), pool(faulty, {.planner_time_limit_seconds = 0.01}) {}
   HostResource host;
   FaultInjectingResource faulty;
   PlannedArena pool;
 };
 struct VirtualStack {
-  explicit VirtualStack(FaultPlan& plan) : faulty(memory, plan), pool(faulty) {}
+  // 1 GiB ranges, not 64 GiB: reserving them is most of a short run's cost under ASan.
+  explicit VirtualStack(FaultPlan& plan)
+      : faulty(memory, plan), pool(faulty, {.range_size = std::size_t{1} << 30}) {}
   HostVirtualMemory memory;
   FaultInjectingVirtualMemory faulty;
   VirtualMemoryPool pool;
@@ -306,19 +308,19 @@ TEST(FaultInjection, CachingPoolSurvivesEachFailedCallOfTheUnetReplay) {
   fail_each<CachingStack>(trace, 1, kAllButDeallocate, every_call(calls));
 }
 
-TEST(FaultInjection, PlannedArenaSurvivesEachFailedCallOfThreeUnetSteps) {
+TEST(FaultInjection, PlannedArenaSurvivesEachFailedCallOfTwoUnetSteps) {
   const EventTrace trace = read_event_trace(kUnetTrace);
-  const std::uint64_t calls = clean_calls<PlannedStack>(trace, 3, kAllButDeallocate);
+  const std::uint64_t calls = clean_calls<PlannedStack>(trace, 2, kAllButDeallocate);
   ASSERT_GT(calls, 0u);
-  fail_each<PlannedStack>(trace, 3, kAllButDeallocate, every_call(calls));
+  fail_each<PlannedStack>(trace, 2, kAllButDeallocate, every_call(calls));
 }
 
 // Finding (issue 15, fault injection FA1): when the upstream's deallocate fails while
 // CachingPool::free consolidates an emptied stream's segments, free() throws the Error
 // although the block was freed and its segment returned: "a failed request changes
-// nothing" breaks (the retried free is an InvalidPointer). Fails calls 87-105 of this
-// replay (19 of 108). Needs a fix in src/policies/caching_pool (not this file's owner's):
-// a failed deallocate of cached memory should be absorbed (the segment leaked or kept).
+// nothing" breaks (the retried free is an InvalidPointer). Fails 19 of the 54 deallocate
+// calls of this replay (from call 34 on). Needs a fix in src/policies/caching_pool (not this file's
+// owner's): a failed deallocate of cached memory should be absorbed (the segment leaked or kept).
 TEST(FaultInjection, DISABLED_CachingPoolSurvivesEachFailedDeallocateOfTheUnetReplay) {
   const EventTrace trace = read_event_trace(kUnetTrace);
   const std::uint64_t calls = clean_calls<CachingStack>(trace, 1, kDeallocateOnly);
@@ -329,13 +331,13 @@ TEST(FaultInjection, DISABLED_CachingPoolSurvivesEachFailedDeallocateOfTheUnetRe
 // Finding (issue 15, fault injection FA2): when the upstream's deallocate fails while a
 // recording step gives its cached blocks back before asking for more, the allocation throws
 // and PlannedArena's books are broken ("recording blocks: held bytes disagree with the
-// blocks" from check_invariants). Fails 240 of the 482 calls of this replay (every call).
+// blocks" from check_invariants). Fails 240 of the 241 deallocate calls of this replay.
 // Needs a fix in src/policies/planned_arena (recording blocks).
-TEST(FaultInjection, DISABLED_PlannedArenaSurvivesEachFailedDeallocateOfThreeUnetSteps) {
+TEST(FaultInjection, DISABLED_PlannedArenaSurvivesEachFailedDeallocateOfTwoUnetSteps) {
   const EventTrace trace = read_event_trace(kUnetTrace);
-  const std::uint64_t calls = clean_calls<PlannedStack>(trace, 3, kDeallocateOnly);
+  const std::uint64_t calls = clean_calls<PlannedStack>(trace, 2, kDeallocateOnly);
   ASSERT_GT(calls, 0u);
-  fail_each<PlannedStack>(trace, 3, kDeallocateOnly, every_call(calls));
+  fail_each<PlannedStack>(trace, 2, kDeallocateOnly, every_call(calls));
 }
 
 TEST(FaultInjection, VirtualMemoryPoolSurvivesEachFailedCallOfAShortTrace) {
@@ -352,7 +354,7 @@ TEST(FaultInjection, VirtualMemoryPoolSurvivesASampleOfFailedCallsOfTheUnetRepla
   // The first and last calls, and a fixed-seed sample between them.
   std::vector<std::uint64_t> ks = {0, 1, calls - 1};
   std::mt19937_64 random(15);
-  for (int i = 0; i < 13; ++i) ks.push_back(random() % calls);
+  for (int i = 0; i < 7; ++i) ks.push_back(random() % calls);
   fail_each<VirtualStack>(trace, 1, kEveryCall, ks);
 }
 
