@@ -13,6 +13,8 @@
 #   asan      configure, build, ctest with AddressSanitizer + UndefinedBehaviorSanitizer
 #             (leaks checked)
 #   tsan      the same with ThreadSanitizer
+#   fuzz      scripts/fuzz.sh --seconds 15: builds the libFuzzer targets (preset "fuzz", clang)
+#             and runs each 15 s (SDALLOC_FUZZ_SECONDS); a finding fails the stage
 # tidy and install need only the release build and are quick, so they run before the long
 # sanitizer builds: their failures show within minutes.
 # Then prints one summary line with each stage's time.
@@ -21,6 +23,8 @@
 #   SDALLOC_BUILD_ROOT  where the build trees go (default: <repo>/build, as in the presets)
 #   SDALLOC_PRESETS     which sanitizer/release presets to run (default: "release asan tsan")
 #   SDALLOC_SKIP_TIDY=1 skip the clang-tidy stage
+#   SDALLOC_SKIP_FUZZ=1 skip the fuzz stage
+#   SDALLOC_FUZZ_SECONDS seconds each fuzzer runs in the fuzz stage (default 15)
 #   SDALLOC_JOBS        parallel compile jobs (default: number of CPUs)
 set -euo pipefail
 
@@ -153,6 +157,16 @@ for preset in $presets; do
     end
   fi
 done
+
+# The fuzzers last: they need clang and a build of their own, and find what the sanitizer
+# runs of the fixed tests above cannot. Each runs a short fixed time; scripts/fuzz.sh alone
+# runs them long.
+if [[ ${SDALLOC_SKIP_FUZZ:-0} != 1 ]]; then
+  begin fuzz
+  SDALLOC_BUILD_ROOT=$build_root "$root/scripts/fuzz.sh" --seconds "${SDALLOC_FUZZ_SECONDS:-15}" \
+    --jobs "$jobs"
+  end
+fi
 
 stage="summary"
 echo

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# scripts/fuzz.sh - builds the libFuzzer targets (CMakePresets.json "fuzz": clang, ASan +
+# UBSan) and runs each for a fixed time or a fixed number of executions.
+#
+#   scripts/fuzz.sh [--seconds N] [--runs N] [--jobs N] [NAME...]
+#
+#   --seconds N  run each fuzzer N seconds (default 600; CI's short run uses 15)
+#   --runs N     run each fuzzer N executions instead (e.g. --runs 10000000)
+#   --jobs N     compile jobs (default: number of CPUs)
+#   NAME...      fuzzers to run (default: all): trace interval planner conf c_api pools
+#
+# Each fuzzer starts from its seed corpus, tests/fuzz/corpus/<name>/ (read only), and keeps
+# what it finds new in build/fuzz/corpus/<name>/. A crash, a sanitizer report, a leak, a
+# timeout (-timeout, 25 s per input) or an out-of-memory (-rss_limit_mb) is a finding: its
+# input is written to build/fuzz/findings/<name>-*, and the script fails once every fuzzer
+# has run. It prints, per fuzzer, the executions, the seconds and the executions per second.
+# SDALLOC_BUILD_ROOT: where the build tree goes (default <repo>/build, as in the presets).
+# Add a finding to the seed corpus once it is fixed, so ctest replays it (fuzz_<name>_corpus).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+all=(trace interval planner conf c_api pools)
+seconds=600
+runs=""
+jobs=$(nproc)
+names=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --seconds) seconds=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
+    *) names+=("$1"); shift ;;
+  esac
+done
+[[ ${#names[@]} -gt 0 ]] || names=("${all[@]}")
+for name in "${names[@]}"; do
+  [[ " ${all[*]} " == *" $name "* ]] || { echo "fuzz.sh: no fuzzer '$name' (${all[*]})" >&2; exit 2; }
+done
+command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 1; }
+
+build=${SDALLOC_BUILD_ROOT:-$root/build}/fuzz
+cd "$root"
+cmake --preset fuzz -B "$build" >/dev/null
+cmake --build "$build" -j "$jobs" --target sdalloc_fuzzers
+
+# Leaks are findings; UBSan stops at its first report (the build makes it fatal as well).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+mkdir -p "$build/findings"
+failed=()
+summary=()
+for name in "${names[@]}"; do
+  corpus=$build/corpus/$name
+  mkdir -p "$corpus"
+  limit=(-max_total_time="$seconds")
+  [[ -n $runs ]] && limit=(-runs="$runs")
+  log=$build/fuzz_$name.log
+  echo "fuzz.sh: $name (${limit[*]})"
+  start=$(date +%s.%N)
+  rc=0
+  "$build/tests/fuzz/fuzz_$name" "${limit[@]}" -max_len=4096 -timeout=25 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$build/findings/$name-" \
+    "$corpus" "$root/tests/fuzz/corpus/$name" >"$log" 2>&1 || rc=$?
+  end=$(date +%s.%N)
+  executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+  rate=$(awk -v n="${executions:-0}" -v t="$elapsed" 'BEGIN { printf "%.0f", (t > 0) ? n / t : 0 }')
+  line="$name: ${executions:-?} executions in $elapsed s ($rate/s)"
+  if [[ $rc -ne 0 ]]; then
+    line+=" FINDING (exit $rc, log $log)"
+    failed+=("$name")
+    grep -E 'ERROR|runtime error|fuzzer: |Test unit written' "$log" | head -5 >&2 || true
+  fi
+  echo "fuzz.sh: $line"
+  summary+=("$line")
+done
+
+echo
+printf 'fuzz.sh: %s\n' "${summary[@]}"
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "fuzz.sh: FINDINGS in ${failed[*]} (inputs in $build/findings/)" >&2
+  exit 1
+fi
+echo "fuzz.sh: no findings"

@@ -1,0 +1,186 @@
+// heap_resources.hpp - resources over the heap for the fuzzers: no system call per operation.
+//
+// A fuzzer builds and destroys a pool per input, thousands of times a second; mmap'd host
+// memory would make every segment two system calls and every chunk four. These stand-ins
+// hand out heap memory (so AddressSanitizer sees every byte a pool touches outside what it
+// was given) and check their callers' side of the contract as they go:
+//  - HeapResource: a MemoryResource with a capacity; deallocate must name a live segment
+//    with its size. Segments a pool never gave back are freed when it is destroyed.
+//  - HeapVirtualMemory: a VirtualMemory whose reservations are heap ranges and whose map
+//    and unmap only keep books: map must target an unmapped, granule-aligned place inside a
+//    reservation with a chunk that exists and is not mapped elsewhere; unmap must name
+//    mapped pages; destroy an unmapped chunk. is_mapped() lets a harness check that every
+//    live allocation lies on mapped pages. physical_limit caps the bytes of chunks.
+// A broken rule throws std::logic_error: not an sdalloc::Error, so the harness reports it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/core/resource.hpp"
+#include "sdalloc/core/virtual_memory.hpp"
+
+namespace sdalloc::fuzz {
+
+inline std::size_t round_to_page(std::size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+
+// ===================================================================== HeapResource
+
+class HeapResource final : public MemoryResource {
+ public:
+  explicit HeapResource(std::size_t capacity) : capacity_(capacity) {}
+  ~HeapResource() override {
+    for (const auto& [ptr, bytes] : live_) std::free(ptr);
+  }
+  std::size_t capacity() const override { return capacity_; }
+  std::string name() const override { return "heap"; }
+  std::size_t used() const { return used_; }
+
+ private:
+  void* do_allocate(std::size_t bytes, Stream) override {
+    if (bytes == 0 || bytes > capacity_ - used_) {
+      throw OutOfMemory("heap: capacity reached", {.requested = bytes, .capacity = capacity_});
+    }
+    void* p = std::aligned_alloc(4096, round_to_page(bytes));
+    if (p == nullptr) throw OutOfMemory("heap: aligned_alloc failed", {.requested = bytes});
+    live_.emplace(p, bytes);
+    used_ += bytes;
+    return p;
+  }
+  void do_deallocate(void* ptr, std::size_t bytes, Stream) override {
+    const auto it = live_.find(ptr);
+    if (it == live_.end() || it->second != bytes) {
+      throw std::logic_error("heap: deallocate of a segment not handed out, or a wrong size");
+    }
+    used_ -= bytes;
+    live_.erase(it);
+    std::free(ptr);
+  }
+
+  std::size_t capacity_;
+  std::size_t used_ = 0;
+  std::unordered_map<void*, std::size_t> live_;
+};
+
+// ===================================================================== HeapVirtualMemory
+
+class HeapVirtualMemory final : public VirtualMemory {
+ public:
+  static constexpr std::size_t kGranularity = 4096;
+
+  explicit HeapVirtualMemory(std::size_t physical_limit) : limit_(physical_limit) {}
+  ~HeapVirtualMemory() override {
+    for (const auto& [base, bytes] : reserved_) std::free(reinterpret_cast<void*>(base));
+  }
+
+  std::size_t granularity() const override { return kGranularity; }
+  std::size_t physical_capacity() const override { return limit_; }
+  std::string name() const override { return "heap-vm"; }
+
+  void* reserve(std::size_t bytes, std::size_t alignment) override {
+    if (bytes == 0 || bytes % kGranularity != 0 || bytes > (std::size_t{1} << 26)) {
+      throw OutOfMemory("heap-vm: reserve refused", {.requested = bytes});
+    }
+    const std::size_t align = alignment > kGranularity ? alignment : kGranularity;
+    if (align > (std::size_t{1} << 26)) throw OutOfMemory("heap-vm: alignment", {});
+    void* p = std::aligned_alloc(align, bytes);
+    if (p == nullptr) throw OutOfMemory("heap-vm: aligned_alloc failed", {.requested = bytes});
+    reserved_.emplace(reinterpret_cast<std::uintptr_t>(p), bytes);
+    return p;
+  }
+  void release(void* base, std::size_t bytes) override {
+    const auto it = reserved_.find(reinterpret_cast<std::uintptr_t>(base));
+    if (it == reserved_.end() || it->second != bytes) broken("release of no reservation");
+    const auto m = mapped_.lower_bound(it->first);
+    if (m != mapped_.end() && m->first < it->first + bytes) broken("release of mapped pages");
+    reserved_.erase(it);
+    std::free(base);
+  }
+  PhysicalChunk create(std::size_t bytes) override {
+    if (bytes == 0 || bytes % kGranularity != 0) broken("create of a size not granular");
+    if (limit_ != 0 && bytes > limit_ - physical_) {
+      throw OutOfMemory("heap-vm: physical limit", {.requested = bytes, .capacity = limit_});
+    }
+    const PhysicalChunk chunk{++last_handle_, bytes};
+    chunks_.emplace(chunk.handle, Chunk{bytes, false});
+    physical_ += bytes;
+    return chunk;
+  }
+  void destroy(PhysicalChunk chunk) override {
+    const auto it = chunks_.find(chunk.handle);
+    if (it == chunks_.end() || it->second.bytes != chunk.bytes) broken("destroy of no chunk");
+    if (it->second.mapped) broken("destroy of a mapped chunk");
+    physical_ -= chunk.bytes;
+    chunks_.erase(it);
+  }
+  void map(void* address, PhysicalChunk chunk) override {
+    const auto a = reinterpret_cast<std::uintptr_t>(address);
+    const auto c = chunks_.find(chunk.handle);
+    if (c == chunks_.end() || c->second.bytes != chunk.bytes) broken("map of no chunk");
+    if (c->second.mapped) broken("map of a chunk mapped already");
+    if (a % kGranularity != 0 || !inside_reservation(a, chunk.bytes)) broken("map outside");
+    auto next = mapped_.lower_bound(a);
+    if (next != mapped_.end() && next->first < a + chunk.bytes) broken("map over mapped pages");
+    if (next != mapped_.begin()) {
+      const auto prev = std::prev(next);
+      if (prev->first + prev->second.bytes > a) broken("map over mapped pages");
+    }
+    mapped_.emplace(a, Mapping{chunk.bytes, chunk.handle});
+    c->second.mapped = true;
+  }
+  void unmap(void* address, std::size_t bytes, Stream) override {
+    const auto m = mapped_.find(reinterpret_cast<std::uintptr_t>(address));
+    if (m == mapped_.end() || m->second.bytes != bytes) broken("unmap of no one mapping");
+    chunks_.at(m->second.handle).mapped = false;
+    mapped_.erase(m);
+  }
+
+  // Whether every byte of [p, p + bytes) lies on mapped pages.
+  bool is_mapped(const void* p, std::size_t bytes) const {
+    auto at = reinterpret_cast<std::uintptr_t>(p);
+    const std::uintptr_t end = at + bytes;
+    while (at < end) {
+      auto m = mapped_.upper_bound(at);
+      if (m == mapped_.begin()) return false;
+      --m;
+      if (m->first + m->second.bytes <= at) return false;
+      at = m->first + m->second.bytes;
+    }
+    return true;
+  }
+  std::size_t physical_bytes() const { return physical_; }
+
+ private:
+  struct Chunk {
+    std::size_t bytes;
+    bool mapped;
+  };
+  struct Mapping {
+    std::size_t bytes;
+    std::uint64_t handle;
+  };
+  [[noreturn]] static void broken(const char* what) {
+    throw std::logic_error(std::string("heap-vm: ") + what);
+  }
+  bool inside_reservation(std::uintptr_t a, std::size_t bytes) const {
+    auto r = reserved_.upper_bound(a);
+    if (r == reserved_.begin()) return false;
+    --r;
+    return a + bytes <= r->first + r->second;
+  }
+
+  std::size_t limit_;
+  std::size_t physical_ = 0;
+  std::uint64_t last_handle_ = 0;
+  std::map<std::uintptr_t, std::size_t> reserved_;
+  std::map<std::uintptr_t, Mapping> mapped_;
+  std::unordered_map<std::uint64_t, Chunk> chunks_;
+};
+
+}  // namespace sdalloc::fuzz
