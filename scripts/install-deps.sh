@@ -13,6 +13,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev            # command-line tools
   libgtest-dev libgmock-dev libbenchmark-dev # tests and benchmarks
   clang-tidy clang-format                    # lint and format stages of scripts/test-all.sh
+  clang libclang-rt-14-dev                   # the fuzz stage (libFuzzer, preset "fuzz")
   python3 python3-pytest python3-torch       # Python tests (through /usr/bin/python3)
   libopenblas0-openmp                        # torch's BLAS: without it libblas.so.3 is the
                                              #   reference BLAS (SD UNet forward 132 s, not ~10)
