@@ -346,6 +346,22 @@ std::string Runtime::report() const {
   return text;
 }
 
+std::string Runtime::report_json() const {
+  const PoolStats s = pool_->stats();
+  const auto field = [](const char* key, std::uint64_t value) {
+    return std::string("\"").append(key).append("\": ").append(std::to_string(value));
+  };
+  std::string text = "{\"mode\": \"" + std::string(mode_name(config_.mode)) + "\", ";
+  text += field("threshold_bytes", config_.threshold) + ", ";
+  text += field("peak_live_bytes", s.peak_live_bytes) + ", ";
+  text += field("peak_reserved_bytes", s.peak_reserved_bytes) + ", ";
+  text += field("pool_allocations", s.allocations) + ", ";
+  text += field("system_allocations", counters_.system_fallbacks.load(std::memory_order_relaxed)) +
+          ", ";
+  text += field("live_bytes_at_exit", s.live_bytes) + "}\n";
+  return text;
+}
+
 void Runtime::stop_trace() {
   if (!tracing_.exchange(false)) return;
   try {
@@ -363,8 +379,10 @@ void Runtime::at_exit() {
 
 void Runtime::write_report() const {
   if (config_.report.empty()) return;
-  const std::string text = report();
-  if (config_.report == "stderr") {
+  const std::string& path = config_.report;
+  const bool json = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  const std::string text = json ? report_json() : report();
+  if (path == "stderr") {
     write_all(STDERR_FILENO, text);
     return;
   }

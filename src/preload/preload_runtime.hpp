@@ -72,6 +72,11 @@ class Runtime {
 
   // The report text (report:), as written at exit.
   std::string report() const;
+  // The same figures as one JSON object, written when the report path ends in ".json" (what
+  // `sdalloc run` reads): mode, threshold_bytes, peak_live_bytes, peak_reserved_bytes,
+  // pool_allocations, system_allocations (large requests the pool could not hold, served by
+  // glibc), live_bytes_at_exit.
+  std::string report_json() const;
   // At exit (the library's destructor): ends the trace and writes the report, in the process
   // that built the runtime only.
   void at_exit();

@@ -40,10 +40,14 @@ add_test(NAME preload_smoke_planned_loop COMMAND ${_expect}
 # The project's pytest suite with the drop-in preloaded into every interpreter it starts. Its
 # settings go in SDALLOC_PRELOAD_CONF: SDALLOC_CONF is also the PyTorch shim's, which the
 # suite configures, and the shim rejects the drop-in's keys.
-add_test(NAME preload_smoke_pytest COMMAND ${_expect} " passed" "${_report}" --
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/tests/python)
+# The report goes to a file, not stderr: tests of the suite check their subprocesses' stderr
+# line by line. Each process writes it at exit; pytest itself exits last.
+set(_pytest_report ${CMAKE_CURRENT_BINARY_DIR}/smoke_pytest_report.txt)
+add_test(NAME preload_smoke_pytest COMMAND ${_expect} " passed" "${_report}" -- sh -c
+  "rm -f '${_pytest_report}'; /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+     '${PROJECT_SOURCE_DIR}/tests/python'; rc=$?; cat '${_pytest_report}'; exit $rc")
 set_tests_properties(preload_smoke_pytest PROPERTIES
-  ENVIRONMENT "LD_PRELOAD=${_preload};SDALLOC_PRELOAD_CONF=report:stderr;SDALLOC_LIBRARY_DIR=${PROJECT_BINARY_DIR}/src"
+  ENVIRONMENT "LD_PRELOAD=${_preload};SDALLOC_PRELOAD_CONF=report:${_pytest_report};SDALLOC_LIBRARY_DIR=${PROJECT_BINARY_DIR}/src"
   LABELS preload_smoke TIMEOUT 300)
 foreach(t torch git cmake_build gcc two_ranks planned_loop)
   set_tests_properties(preload_smoke_${t} PROPERTIES ENVIRONMENT "${_smoke_env}"

@@ -1,7 +1,7 @@
 // libsdalloc_fake_preload.so - stands in for sdalloc's drop-in library in `sdalloc run`'s tests.
 //
 // It replaces no allocator: its constructor only writes the report the drop-in writes, to the
-// path after "report:" in SDALLOC_CONF: {"mode": <mode:>, "peak_live_bytes": 1 MiB,
+// path after "report:" in SDALLOC_PRELOAD_CONF: {"mode": <mode:>, "peak_live_bytes": 1 MiB,
 // "peak_reserved_bytes": 2 MiB, "pool_allocations": 10, "system_allocations": 2}. With
 // SDALLOC_FAKE_BROKEN_REPORT set it writes a report that is not JSON.
 #include <cstdio>
@@ -11,7 +11,7 @@
 
 namespace {
 
-// The value of "key:" in a comma-separated SDALLOC_CONF, "" when absent.
+// The value of "key:" in a comma-separated SDALLOC_PRELOAD_CONF, "" when absent.
 std::string conf_value(const char* conf, const char* key) {
   const std::string text = conf;
   const std::string prefix = std::string(key) + ":";
@@ -28,7 +28,7 @@ std::string conf_value(const char* conf, const char* key) {
 }
 
 __attribute__((constructor)) void write_report() {
-  const char* conf = std::getenv("SDALLOC_CONF");
+  const char* conf = std::getenv("SDALLOC_PRELOAD_CONF");
   if (conf == nullptr) return;
   const std::string path = conf_value(conf, "report");
   if (path.empty()) return;

@@ -125,7 +125,7 @@ TEST(RunAllocators, SdallocModeGetsTheDropInAndItsConf) {
   EXPECT_EQ(launch.problem, "");
   EXPECT_EQ(launch.preload, SDALLOC_FAKE_PRELOAD);
   ASSERT_EQ(launch.environment.size(), 1u);
-  EXPECT_EQ(launch.environment[0].first, "SDALLOC_CONF");
+  EXPECT_EQ(launch.environment[0].first, "SDALLOC_PRELOAD_CONF");
   EXPECT_EQ(launch.environment[0].second, "mode:planned,report:/tmp/r.json");
 }
 
@@ -167,7 +167,7 @@ TEST(RunDriver, RoundsInterleaveTheAllocators) {
   for (std::size_t i = 0; i < lines.size(); ++i) {
     EXPECT_EQ(lines[i].substr(0, lines[i].find(' ')), expected[i]) << lines[i];
   }
-  EXPECT_EQ(lines[0], "glibc -");  // no SDALLOC_CONF outside sdalloc's modes
+  EXPECT_EQ(lines[0], "glibc -");  // no SDALLOC_PRELOAD_CONF outside sdalloc's modes
   EXPECT_TRUE(Contains(lines[1], "sdalloc-pool mode:pool,report:/"));
   EXPECT_EQ(result_of(report, "glibc").runs.size(), 2u);
 }

@@ -4,8 +4,8 @@
 //                       [--stderr TEXT] [--abort]
 //
 // Allocates N MiB with malloc and writes every 4 KiB page (so peak RSS covers them), appends
-// one line "<allocator> <SDALLOC_CONF or ->" to FILE (the allocator: sdalloc-<mode> when
-// SDALLOC_CONF names a mode, else the preloaded library found by a symbol only it defines),
+// one line "<allocator> <SDALLOC_PRELOAD_CONF or ->" to FILE (the allocator: sdalloc-<mode> when
+// SDALLOC_PRELOAD_CONF names a mode, else the preloaded library found by a symbol only it defines),
 // writes the TEXTs on stdout and stderr, and exits 7 when the allocator is NAME (or aborts with
 // --abort).
 #include <dlfcn.h>
@@ -18,7 +18,7 @@
 namespace {
 
 std::string allocator_name() {
-  const char* conf = std::getenv("SDALLOC_CONF");
+  const char* conf = std::getenv("SDALLOC_PRELOAD_CONF");
   if (conf != nullptr && std::strncmp(conf, "mode:", 5) == 0) {
     const std::string mode(conf + 5, std::strcspn(conf + 5, ","));
     return "sdalloc-" + mode;
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   if (log != nullptr) {
     std::FILE* out = std::fopen(log, "a");
     if (out == nullptr) return 4;
-    const char* conf = std::getenv("SDALLOC_CONF");
+    const char* conf = std::getenv("SDALLOC_PRELOAD_CONF");
     std::fprintf(out, "%s %s\n", name.c_str(), conf != nullptr ? conf : "-");
     std::fclose(out);
   }

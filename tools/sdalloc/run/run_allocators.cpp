@@ -76,7 +76,9 @@ Launch launch_for(const RunAllocator& allocator, const std::string& preload_libr
   }
   launch.preload = preload_library;
   launch.report_path = report_path;
-  launch.environment.emplace_back("SDALLOC_CONF",
+  // The drop-in's own variable (read before SDALLOC_CONF, which the PyTorch shim also reads
+  // and which refuses the drop-in's keys).
+  launch.environment.emplace_back("SDALLOC_PRELOAD_CONF",
                                   "mode:" + allocator.sdalloc_mode + ",report:" + report_path);
   return launch;
 }

@@ -4,8 +4,8 @@
 // glibc, jemalloc, mimalloc, tcmalloc: Debian's libraries, found as `sdalloc replay` finds them
 // (replay/system_allocators.hpp) and LD_PRELOADed; glibc runs with LD_PRELOAD removed.
 // sdalloc-pool, sdalloc-vmm, sdalloc-planned: sdalloc's drop-in library
-// (libsdalloc_preload.so) LD_PRELOADed with SDALLOC_CONF=mode:<m>,report:<file>; the library
-// writes its report to <file> as one JSON object (SdallocReport). The drop-in's path is
+// (libsdalloc_preload.so) LD_PRELOADed with SDALLOC_PRELOAD_CONF=mode:<m>,report:<file>.json; the
+// library writes its report to <file> as one JSON object (SdallocReport). The drop-in's path is
 // --preload-library, else $SDALLOC_PRELOAD_LIBRARY, else the one this build made (when it
 // made one). A missing library is not an error: the launch carries the reason instead.
 #pragma once
