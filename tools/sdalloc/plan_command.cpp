@@ -61,6 +61,8 @@ int PlanCommand::run() const {
                                    {"lower_bound", result.lower_bound},
                                    {"ratio", ratio},
                                    {"seconds", result.seconds},
+                                   {"timed_out", result.timed_out},
+                                   {"cut_short", result.cut_short},
                                    {"fits", result.fits}};
     std::printf("%s\n", report.dump().c_str());
   } else {
@@ -69,7 +71,9 @@ int PlanCommand::run() const {
     std::printf("lower bound: %s\n", sdalloc::format_bytes(result.lower_bound).c_str());
     std::printf("ratio:       %.4f\n", ratio);
     std::printf("method:      %s%s%s\n", result.method.c_str(), result.optimal ? " (optimal)" : "",
-                result.timed_out ? " (time limit)" : "");
+                result.cut_short   ? " (cut short by the time limit: the rest stacked)"
+                : result.timed_out ? " (time limit)"
+                                   : "");
     if (options.capacity != 0) {
       std::printf("capacity:    %s: %s\n", sdalloc::format_bytes(options.capacity).c_str(),
                   result.fits ? "fits" : "no plan found within it");
@@ -88,7 +92,8 @@ void PlanCommand::add_to(CLI::App& app) {
   plan->add_option("--capacity", options.capacity, "look for a plan within this many bytes")
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::PositiveNumber);
-  plan->add_option("--time-limit", options.time_limit, "seconds the planner may spend")
+  plan->add_option("--time-limit", options.time_limit,
+                   "seconds the planner may spend (above 1e9: 1e9, no limit in effect)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   plan->add_flag("--json", options.json, "print one JSON object");
