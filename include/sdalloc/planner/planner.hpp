@@ -13,10 +13,11 @@
 // search (Moffitt, ASPLOS 2023) over "canonical" solutions - each buffer at the lowest
 // offset its already placed neighbours allow, placed in non-decreasing offset order - with
 // pruning by per-section lower bounds. It respects a time budget from its first step (even
-// the first greedy placement stops when it runs out) and always returns the best plan
-// found, validated. Greedy placement finds each buffer's placed conflicts in an interval
-// index, O(n log n + conflicts) per order, so long schedules of short-lived buffers plan in
-// about a second per million. With a capacity it looks for a plan that fits and stops as
+// the first greedy placement stops when it runs out, looking every 1024 buffers; only the
+// O(n log n) checks, sorts and the final validation are not cut) and always returns the
+// best plan found, validated. Greedy placement finds each buffer's placed conflicts in an
+// interval index, O((log n + k) log k) for k conflicts, so 10^6 short-lived buffers plan in
+// about a second of CPU time. With a capacity it looks for a plan that fits and stops as
 // soon as it has one; without, it minimises the arena down to lower_bound().
 //
 // Errors: malformed input (upper <= lower, a time outside [-kMaxTime, kMaxTime], size 0,
