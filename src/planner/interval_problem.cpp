@@ -101,6 +101,12 @@ std::vector<Buffer> parse_interval_csv(std::istream& in, const std::string& sour
     buffer.lower = parse_field<std::int64_t>(fields[1], "lower", source_name, line);
     buffer.upper = parse_field<std::int64_t>(fields[2], "upper", source_name, line);
     buffer.size = parse_field<std::uint64_t>(fields[3], "size", source_name, line);
+    for (const std::int64_t t : {buffer.lower, buffer.upper}) {
+      if (t < -kMaxTime || t > kMaxTime) {
+        fail(source_name, line,
+             "time " + std::to_string(t) + " out of range (times must lie within +-2^62)");
+      }
+    }
     if (buffer.upper <= buffer.lower) {
       fail(source_name, line, "upper must be greater than lower");
     }

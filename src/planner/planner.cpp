@@ -1,13 +1,15 @@
 // plan(): the greedy heuristics first (fast, usually close), then the canonical search for
 // a plan within the capacity or, without a capacity, for a smaller arena, bisecting between
-// the lower bound and the best plan so far until the time budget runs out. The plan returned
-// is always validated.
+// the lower bound and the best plan so far until the time budget runs out. The deadline
+// holds from the first step: greedy by size is cut short when it passes (the rest stacked,
+// see PlanResult::cut_short). The plan returned is always validated.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
 
+#include "planner/heuristics.hpp"
 #include "planner/search.hpp"
 #include "sdalloc/planner/planner.hpp"
 
@@ -28,9 +30,11 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
     throw InvalidArgument("time limit must be non-negative");
   }
   const Clock::time_point start = Clock::now();
+  // Clamped before the conversion: a double beyond the clock's range (1e300, infinity) is
+  // undefined behaviour in duration_cast. kMaxTimeLimitSeconds is no limit in practice.
+  const double limit = std::min(options.time_limit_seconds, kMaxTimeLimitSeconds);
   const Clock::time_point deadline =
-      start + std::chrono::duration_cast<Clock::duration>(
-                  std::chrono::duration<double>(options.time_limit_seconds));
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
   PlanResult result;
   result.lower_bound = lower_bound(buffers);
   const auto good_enough = [&](std::uint64_t arena) {
@@ -44,8 +48,22 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
   };
 
   // Greedy by size always runs, so there is a plan even when the rest is switched off or
-  // out of time.
-  consider(plan_greedy(buffers, GreedyOrder::kSize), "greedy-size");
+  // out of time; when even it runs out of time, that plan is all there is.
+  planner_detail::GreedyResult by_size =
+      planner_detail::greedy_within(buffers, GreedyOrder::kSize, deadline);
+  consider(std::move(by_size.plan), "greedy-size");
+  const auto finish = [&](std::uint64_t proven_below) {
+    validate(buffers, result.plan);
+    result.fits = options.capacity == 0 || result.plan.arena_size <= options.capacity;
+    result.optimal = result.plan.arena_size <= proven_below;
+    result.seconds = seconds_since(start);
+    return std::move(result);
+  };
+  if (!by_size.complete) {
+    result.cut_short = true;
+    result.timed_out = true;
+    return finish(result.lower_bound);
+  }
   if (options.use_heuristics) {
     const std::pair<GreedyOrder, const char*> others[] = {
         {GreedyOrder::kBestFit, "greedy-best-fit"},
@@ -53,7 +71,12 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
         {GreedyOrder::kLifetime, "greedy-lifetime"}};
     for (const auto& [order, name] : others) {
       if (good_enough(result.plan.arena_size) || Clock::now() >= deadline) break;
-      consider(plan_greedy(buffers, order), name);
+      planner_detail::GreedyResult other = planner_detail::greedy_within(buffers, order, deadline);
+      if (!other.complete) {
+        result.timed_out = true;
+        break;
+      }
+      consider(std::move(other.plan), name);
     }
   }
 
@@ -103,11 +126,7 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
     result.search_nodes = nodes;
   }
 
-  validate(buffers, result.plan);
-  result.fits = options.capacity == 0 || result.plan.arena_size <= options.capacity;
-  result.optimal = result.plan.arena_size <= proven_below;
-  result.seconds = seconds_since(start);
-  return result;
+  return finish(proven_below);
 }
 
 }  // namespace sdalloc

@@ -31,12 +31,10 @@
 #include <utility>
 #include <vector>
 
+#include "planner/offsets.hpp"
+
 namespace sdalloc::planner_detail {
 namespace {
-
-std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
 
 struct Item {
   std::size_t input;  // index in the caller's buffers
@@ -124,7 +122,7 @@ class ComponentSearch {
       for (std::uint32_t s = item.first_section; s < item.end_section; ++s) {
         fullest = std::max(fullest, total_[s]);
       }
-      const std::uint64_t area = item.size * item.lifetime;
+      const std::uint64_t area = saturating_mul(item.size, item.lifetime);
       // Descending on the three criteria, then ascending index (hence the complement).
       const std::uint32_t index_key = std::numeric_limits<std::uint32_t>::max() - i;
       switch (preorder_) {
@@ -165,7 +163,7 @@ class ComponentSearch {
     for (const std::uint32_t i : part.members) {
       if (position_[i] != kUnplaced) continue;
       candidates.emplace_back(min_offset_[i], rank_[i], i);
-      min_height = std::min(min_height, min_offset_[i] + items_[i].size);
+      min_height = std::min(min_height, saturating_add(min_offset_[i], items_[i].size));
     }
     if (candidates.empty()) return Outcome::kFound;
     std::sort(candidates.begin(), candidates.end());
@@ -187,7 +185,7 @@ class ComponentSearch {
   Outcome try_place(const Partition& part, std::uint32_t chosen, std::uint64_t offset,
                     bool& hatless) {
     const Item& item = items_[chosen];
-    const std::uint64_t top = offset + item.size;
+    const std::uint64_t top = saturating_add(offset, item.size);
     position_[chosen] = offset;
     solution_[chosen] = offset;
     const std::size_t offsets_saved = saved_offsets_.size();
@@ -198,7 +196,7 @@ class ComponentSearch {
     for (const std::uint32_t c : item.conflicts) {
       if (position_[c] != kUnplaced) continue;
       hatless = false;
-      const std::uint64_t raised = align_up(top, items_[c].alignment);
+      const std::uint64_t raised = align_up_saturating(top, items_[c].alignment);
       if (min_offset_[c] >= raised) continue;
       saved_offsets_.emplace_back(c, min_offset_[c]);
       min_offset_[c] = raised;
@@ -230,7 +228,7 @@ class ComponentSearch {
     // max(offset, floor) + its unplaced bytes.
     bool feasible = true;
     for (std::uint32_t s = part.first_section; s < part.end_section; ++s) {
-      if (std::max(offset, floor_[s]) + total_[s] > capacity_) {
+      if (saturating_add(std::max(offset, floor_[s]), total_[s]) > capacity_) {
         feasible = false;
         break;
       }
@@ -373,7 +371,7 @@ SearchResult search_within(std::span<const Buffer> buffers, std::uint64_t capaci
       items.push_back(Item{.input = by_start[k],
                            .size = b.size,
                            .alignment = b.alignment,
-                           .lifetime = static_cast<std::uint64_t>(b.upper - b.lower),
+                           .lifetime = lifetime_of(b.lower, b.upper),
                            .first_section = section_of(b.lower),
                            .end_section = section_of(b.upper),
                            .conflicts = {}});

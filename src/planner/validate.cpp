@@ -1,6 +1,7 @@
 // Checks on interval problems and plans: input well-formedness, the live-bytes lower bound,
 // and the validator that proves no two time-conflicting buffers share memory.
 #include <algorithm>
+#include <compare>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -20,14 +21,22 @@ std::string describe(const Buffer& b) {
          std::to_string(b.upper) + ")";
 }
 
-// Time events in sweep order: at equal times frees (upper) come before allocations (lower),
-// because [a, t) and [t, b) do not conflict.
-std::vector<std::pair<std::int64_t, std::size_t>> sweep_order(std::span<const Buffer> buffers) {
-  std::vector<std::pair<std::int64_t, std::size_t>> events;  // (time*2 + is_start, index)
+// A time event of the sweep. At equal times frees (upper) come before allocations (lower),
+// because [a, t) and [t, b) do not conflict; the time and the kind are kept apart (no
+// time * 2 + kind, which overflows for times past 2^62).
+struct SweepEvent {
+  std::int64_t time;
+  bool is_start;
+  std::size_t index;
+  auto operator<=>(const SweepEvent&) const = default;
+};
+
+std::vector<SweepEvent> sweep_order(std::span<const Buffer> buffers) {
+  std::vector<SweepEvent> events;
   events.reserve(buffers.size() * 2);
   for (std::size_t i = 0; i < buffers.size(); ++i) {
-    events.emplace_back(buffers[i].lower * 2 + 1, i);
-    events.emplace_back(buffers[i].upper * 2, i);
+    events.push_back(SweepEvent{.time = buffers[i].lower, .is_start = true, .index = i});
+    events.push_back(SweepEvent{.time = buffers[i].upper, .is_start = false, .index = i});
   }
   std::sort(events.begin(), events.end());
   return events;
@@ -43,6 +52,9 @@ void check_buffers(std::span<const Buffer> buffers) {
     if (b.upper <= b.lower) {
       throw InvalidArgument(describe(b) + ": upper must be greater than lower");
     }
+    if (b.lower < -kMaxTime || b.upper > kMaxTime) {
+      throw InvalidArgument(describe(b) + ": times must lie within +-2^62");
+    }
     if (b.size == 0) throw InvalidArgument(describe(b) + ": size must be positive");
     if (b.alignment == 0 || (b.alignment & (b.alignment - 1)) != 0) {
       throw InvalidArgument(describe(b) + ": alignment " + std::to_string(b.alignment) +
@@ -57,12 +69,16 @@ void check_buffers(std::span<const Buffer> buffers) {
 std::uint64_t lower_bound(std::span<const Buffer> buffers) {
   std::uint64_t live = 0;
   std::uint64_t peak = 0;
-  for (const auto& [key, index] : sweep_order(buffers)) {
-    if (key & 1) {
-      live += buffers[index].size;
+  for (const SweepEvent& event : sweep_order(buffers)) {
+    const Buffer& b = buffers[event.index];
+    if (event.is_start) {
+      if (__builtin_add_overflow(live, b.size, &live)) {
+        throw InvalidArgument("the buffers live with " + describe(b) +
+                              " need more than 2^64 - 1 bytes together");
+      }
       peak = std::max(peak, live);
     } else {
-      live -= buffers[index].size;
+      live -= b.size;  // was added: cannot wrap
     }
   }
   return peak;
@@ -80,7 +96,12 @@ void validate(std::span<const Buffer> buffers, const Plan& plan) {
       throw InvalidArgument(describe(b) + ": offset " + std::to_string(plan.offsets[i]) +
                             " is not a multiple of its alignment " + std::to_string(b.alignment));
     }
-    arena = std::max(arena, plan.offsets[i] + b.size);
+    std::uint64_t end = 0;
+    if (__builtin_add_overflow(plan.offsets[i], b.size, &end)) {
+      throw InvalidArgument(describe(b) + ": offset " + std::to_string(plan.offsets[i]) +
+                            " + size " + std::to_string(b.size) + " passes 2^64 - 1");
+    }
+    arena = std::max(arena, end);
   }
   if (arena != plan.arena_size) {
     throw InvalidArgument("plan reports arena size " + std::to_string(plan.arena_size) +
@@ -90,9 +111,11 @@ void validate(std::span<const Buffer> buffers, const Plan& plan) {
   // one another (checked as each one arrives), so a newcomer only has to be compared with
   // its neighbours in offset order: the one starting at or below it and the one above.
   std::set<std::pair<std::uint64_t, std::size_t>> live;  // (offset, index)
-  for (const auto& [key, index] : sweep_order(buffers)) {
+  // Every offset + size was checked above, so the ends below cannot wrap.
+  for (const SweepEvent& event : sweep_order(buffers)) {
+    const std::size_t index = event.index;
     const std::pair<std::uint64_t, std::size_t> entry{plan.offsets[index], index};
-    if ((key & 1) == 0) {
+    if (!event.is_start) {
       live.erase(entry);
       continue;
     }

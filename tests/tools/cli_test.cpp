@@ -242,5 +242,30 @@ TEST(Cli, F9_CapacityThatDoesNotFitIsRefusedAsGiven) {
   EXPECT_EQ(small.status, 3);  // out of memory under 1 KiB: the capacity was applied
 }
 
+// Issue 15, F6: a time limit past the clock's range was undefined behaviour and gave only
+// the greedy plan (10 bytes here); clamped, the search runs and finds the 9 of the bound.
+TEST(Cli, F6_PlanWithAHugeTimeLimitSearchesToTheBound) {
+  TempDir dir;
+  const std::string instance = dir.file("six.csv");
+  test::write_file(instance,
+                   "id,lower,upper,size\n0,4,8,1\n1,6,8,4\n2,0,3,4\n3,0,2,4\n4,1,5,1\n5,3,8,4\n");
+  const CliRun run = run_cli(dir, "plan --json --time-limit 1e300 '" + instance + "'");
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json j = nlohmann::json::parse(run.out);
+  EXPECT_EQ(j.at("arena").get<std::uint64_t>(), 9u);
+  EXPECT_FALSE(j.at("timed_out").get<bool>());
+}
+
+// Issue 15, F1: times past +-2^62 wrapped the lower bound; they are refused, naming the line.
+TEST(Cli, F1_PlanRefusesTimesBeyondTwoToThe62) {
+  TempDir dir;
+  const std::string instance = dir.file("far.csv");
+  test::write_file(instance,
+                   "id,lower,upper,size\n0,-9000000000000000000,9000000000000000000,100\n");
+  const CliRun run = run_cli(dir, "plan --json '" + instance + "'");
+  EXPECT_EQ(run.status, 1);
+  EXPECT_NE(run.err.find("far.csv:2:"), std::string::npos) << run.err;
+}
+
 }  // namespace
 }  // namespace sdalloc::replay

@@ -4,8 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -21,6 +23,22 @@
 
 namespace sdalloc::tools {
 namespace {
+
+// A number of seconds >= 0 (finite), refused with the text as given (shortened), not with
+// the bound CLI11's NonNegativeNumber prints (DBL_MAX, 309 digits).
+CLI::Validator non_negative_seconds() {
+  return CLI::Validator(
+      [](const std::string& text) {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !std::isfinite(value) || value < 0) {
+          const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
+          return std::string("'").append(shown).append("' is not a number of seconds >= 0");
+        }
+        return std::string();
+      },
+      "SECONDS");
+}
 
 // MiniMalloc CSVs start with "id,"; anything else (including gzip) is read as an event trace.
 // Only those 3 bytes are read to tell: a file with no line end (/dev/zero) must not be read
@@ -66,6 +84,8 @@ int PlanCommand::run() const {
                                    {"lower_bound", result.lower_bound},
                                    {"ratio", ratio},
                                    {"seconds", result.seconds},
+                                   {"timed_out", result.timed_out},
+                                   {"cut_short", result.cut_short},
                                    {"fits", result.fits}};
     std::printf("%s\n", report.dump().c_str());
   } else {
@@ -74,7 +94,9 @@ int PlanCommand::run() const {
     std::printf("lower bound: %s\n", sdalloc::format_bytes(result.lower_bound).c_str());
     std::printf("ratio:       %.4f\n", ratio);
     std::printf("method:      %s%s%s\n", result.method.c_str(), result.optimal ? " (optimal)" : "",
-                result.timed_out ? " (time limit)" : "");
+                result.cut_short   ? " (cut short by the time limit: the rest stacked)"
+                : result.timed_out ? " (time limit)"
+                                   : "");
     if (options.capacity != 0) {
       std::printf("capacity:    %s: %s\n", sdalloc::format_bytes(options.capacity).c_str(),
                   result.fits ? "fits" : "no plan found within it");
@@ -92,8 +114,9 @@ void PlanCommand::add_to(CLI::App& app) {
   plan->add_option("--output,-o", options.output, "write id,lower,upper,size,offset here");
   plan->add_option("--capacity", options.capacity, "look for a plan within this many bytes")
       ->transform(byte_size_option());
-  plan->add_option("--time-limit", options.time_limit, "seconds the planner may spend")
-      ->check(CLI::NonNegativeNumber)
+  plan->add_option("--time-limit", options.time_limit,
+                   "seconds the planner may spend (above 1e9: 1e9, no limit in effect)")
+      ->check(non_negative_seconds())
       ->capture_default_str();
   plan->add_flag("--json", options.json, "print one JSON object");
   subcommand = plan;

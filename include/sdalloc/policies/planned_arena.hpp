@@ -19,6 +19,11 @@
 //    reserves ONE arena of the plan's size from the upstream resource (or a larger one in
 //    place of the arena the other plans share, see below), and later steps are served from
 //    it. A step with no allocations for the arena plans nothing.
+//  - A recording too long to plan within planner_time_limit_seconds (the planner ran out of
+//    time before its first greedy plan was complete) makes no plan: end_step() returns after
+//    about that long, and the step counts in unplanned_steps. A later recording that grows
+//    to as many events is given up there (the rest of its step goes to the fallback pool),
+//    so no end_step() waits for a plan it will not get.
 //  - Kept buffers: an allocation still live at the recording's end_step() is the loop's
 //    carried state (the next step's latents, freed during the next step). The plan serves
 //    it, in later steps, from the fallback pool (counted in kept_allocations), not from the
@@ -125,6 +130,7 @@ struct PlannedArenaCounters {
   std::uint64_t replans = 0;               // plans dropped after too many divergent steps
   std::uint64_t arena_failures = 0;        // plans discarded because the arena was refused
   std::uint64_t prefault_failures = 0;     // arenas whose pages could not be faulted in
+  std::uint64_t unplanned_steps = 0;       // recordings given up as too long to plan in time
 };
 
 class PlannedArena final : public MemoryResource {

@@ -106,9 +106,21 @@ struct PlannedArena::Impl {
   std::size_t cursor = 0;            // next event of the plan the step must match
 
   PlannedArenaCounters counters;
+  // Events of the shortest recording the planner ran out of time on (0: none yet). A later
+  // recording that grows as long is given up there, so end_step() is not kept waiting
+  // for a plan it will not get, step after step.
+  std::size_t unplannable_events = 0;
 
   bool recording_step() const { return in_step && recorder.recording(); }
   bool planned_step_active() const { return in_step && !recorder.recording() && active != nullptr; }
+
+  // The rest of the step goes to the fallback pool; what it recorded stays live where it is.
+  void give_up_recording() {
+    recorder.abandon();
+    recording_blocks.release_cache();
+    ++counters.recorded_steps;
+    ++counters.unplanned_steps;
+  }
 
   void diverge() {
     if (!divergent) {
@@ -143,6 +155,10 @@ struct PlannedArena::Impl {
     const std::size_t rounded = round_up(bytes, kRounding);
     const std::size_t effective_alignment = std::max(alignment, kRounding);
     if (in_step && choosing) choose_plan(rounded, effective_alignment);
+    if (recording_step() && unplannable_events != 0 &&
+        recorder.event_count() >= unplannable_events) {
+      give_up_recording();
+    }
     if (planned_step_active() && !divergent) {
       if (void* p = try_planned(bytes, rounded, effective_alignment)) return p;
       diverge();
@@ -372,7 +388,13 @@ struct PlannedArena::Impl {
     if (recorder.recording()) {
       recording_blocks.release_cache();
       ++counters.recorded_steps;
+      const std::size_t recorded = recorder.event_count();
       add_plan(recorder.finish(options.planner_time_limit_seconds));
+      if (recorder.gave_up()) {
+        ++counters.unplanned_steps;
+        unplannable_events =
+            unplannable_events == 0 ? recorded : std::min(unplannable_events, recorded);
+      }
       return;
     }
     if (choosing) {  // no plan-stream allocation: the step stopped before any plan's events

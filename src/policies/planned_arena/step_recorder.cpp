@@ -9,6 +9,14 @@ namespace sdalloc::planned_arena_detail {
 
 void StepRecorder::start() {
   recording_ = true;
+  gave_up_ = false;
+  slots_.clear();
+  events_.clear();
+  live_.clear();
+}
+
+void StepRecorder::abandon() {
+  recording_ = false;
   slots_.clear();
   events_.clear();
   live_.clear();
@@ -35,6 +43,7 @@ void StepRecorder::record_free(void* p) {
 
 std::shared_ptr<StepPlan> StepRecorder::finish(double planner_time_limit_seconds) {
   recording_ = false;  // first: should planning throw, the step is no longer recorded
+  gave_up_ = false;
   live_.clear();
   // Kept slots are not planned: later steps take them from the fallback pool.
   auto planned = std::make_shared<StepPlan>();
@@ -56,6 +65,12 @@ std::shared_ptr<StepPlan> StepRecorder::finish(double planner_time_limit_seconds
   PlannerOptions planner_options;
   planner_options.time_limit_seconds = planner_time_limit_seconds;
   const PlanResult result = plan(buffers, planner_options);
+  if (result.cut_short) {
+    gave_up_ = true;
+    slots_.clear();
+    events_.clear();
+    return nullptr;
+  }
   planned->size = static_cast<std::size_t>(result.plan.arena_size);
   for (std::size_t i = 0; i < planned_slots.size(); ++i) {
     slots_[planned_slots[i]].offset = static_cast<std::size_t>(result.plan.offsets[i]);

@@ -33,11 +33,19 @@ class StepRecorder {
   void record_free(void* p);
 
   // Ends the recording and plans it (within planner_time_limit_seconds). Slots still live
-  // become kept. nullptr when no slot is left for the arena: such a step records again.
+  // become kept. nullptr when no slot is left for the arena, or when the planner ran out of
+  // time before its first greedy plan was complete (gave_up() then says so: such a plan
+  // would stack most buffers one over another). Such a step records again.
   std::shared_ptr<StepPlan> finish(double planner_time_limit_seconds);
+  bool gave_up() const { return gave_up_; }
+  // Ends the recording without planning it.
+  void abandon();
+  // Allocations and frees recorded so far.
+  std::size_t event_count() const { return events_.size(); }
 
  private:
   bool recording_ = false;
+  bool gave_up_ = false;  // the last finish() ran out of planning time
   std::vector<Slot> slots_;
   std::vector<Event> events_;
   std::unordered_map<void*, std::uint32_t> live_;  // recorded pointer -> slot
