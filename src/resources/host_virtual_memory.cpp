@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +17,9 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "core/bits.hpp"
 #include "resources/virtual_memory_ledger.hpp"
@@ -39,17 +42,29 @@ std::string system_error(const char* call, int error) {
 // The memfd grows in steps of at least this much (it is sparse: size costs nothing).
 constexpr std::uint64_t kFileGrowth = std::uint64_t{1} << 30;
 
+// RAM + swap: no more memfd pages than this can ever exist at once. 0 when unknown.
+std::size_t machine_bytes() {
+  struct sysinfo info {};
+  if (::sysinfo(&info) != 0) return 0;
+  const auto unit = static_cast<std::size_t>(info.mem_unit == 0 ? 1 : info.mem_unit);
+  const std::size_t pages = static_cast<std::size_t>(info.totalram) + info.totalswap;
+  return pages > std::numeric_limits<std::size_t>::max() / unit ? 0 : pages * unit;
+}
+
 }  // namespace
 
 struct HostVirtualMemory::Tables {
-  detail::VirtualMemoryLedger ledger;                      // chunk handles are file offsets
-  std::multimap<std::size_t, std::uint64_t> free_extents;  // bytes -> file offset (holes)
+  detail::VirtualMemoryLedger ledger;  // chunk handles are file offsets
+  // Holes by (bytes, file offset): a create takes the lowest offset of its size, so chunks
+  // created one after another tend to be adjacent in the file, and a caller that maps them
+  // at adjacent addresses in that order gets one kernel mapping for all of them.
+  std::set<std::pair<std::size_t, std::uint64_t>> free_extents;
   std::uint64_t file_end = 0;   // extents below were handed out at some point
   std::uint64_t file_size = 0;  // ftruncate'd size
 };
 
 HostVirtualMemory::HostVirtualMemory(HostVirtualMemoryOptions options)
-    : options_(options), tables_(std::make_unique<Tables>()) {
+    : options_(options), machine_bytes_(machine_bytes()), tables_(std::make_unique<Tables>()) {
   if (options_.physical_limit % kPageSize != 0) {
     throw InvalidArgument("HostVirtualMemory: physical_limit must be a multiple of 4096, got " +
                           std::to_string(options_.physical_limit));
@@ -157,7 +172,8 @@ PhysicalChunk HostVirtualMemory::create(std::size_t bytes) {
                                     " available");
   }
   std::uint64_t offset = 0;
-  if (auto hole = t.free_extents.find(bytes); hole != t.free_extents.end()) {
+  if (auto hole = t.free_extents.lower_bound({bytes, 0});
+      hole != t.free_extents.end() && hole->first == bytes) {
     offset = hole->second;  // punched out when destroyed: reads as zeros
     t.ledger.add_chunk(offset, bytes);
     t.free_extents.erase(hole);

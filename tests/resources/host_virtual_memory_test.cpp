@@ -6,7 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "sdalloc/core/errors.hpp"
 #include "support/test_support.hpp"
@@ -166,6 +168,57 @@ TEST(HostVirtualMemory, PhysicalLimitFailsCreateWithOutOfMemory) {
   EXPECT_NO_THROW(memory.destroy(memory.create(kChunk)));
   memory.destroy(b);
   EXPECT_THROW(HostVirtualMemory({.physical_limit = kPage + 1}), InvalidArgument);
+}
+
+// The process's kernel mappings now: one line of /proc/self/maps each.
+std::size_t kernel_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::size_t lines = 0;
+  for (std::string line; std::getline(maps, line);) ++lines;
+  return lines;
+}
+
+// Issue 15, F3: one mapping per chunk hit vm.max_map_count (65,530) at about 4 GiB of
+// 64 KiB chunks. Chunks created one after another are adjacent memfd extents; mapped in
+// that order at adjacent addresses, the kernel merges them. 8 GiB of sparse pages (never
+// written: no memory) would be 131,072 mappings otherwise.
+TEST(HostVirtualMemory, F3AdjacentChunksMappedInOrderShareOneKernelMapping) {
+  constexpr std::size_t kBig = 64 * 1024;
+  constexpr std::size_t kCount = (std::size_t{8} << 30) / kBig;
+  HostVirtualMemory memory;
+  void* base = memory.reserve(kCount * kBig);
+  const std::size_t before = kernel_mappings();
+  std::vector<PhysicalChunk> chunks;
+  chunks.reserve(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) {
+    chunks.push_back(memory.create(kBig));
+    memory.map(at(base, i * kBig), chunks.back());
+  }
+  EXPECT_EQ(memory.mapped_bytes(), kCount * kBig);
+  EXPECT_LE(kernel_mappings(), before + 2);
+  // Unmapping one in the middle splits the mapping; mapping it back merges it again.
+  memory.unmap(at(base, 100 * kBig), kBig, Stream{});
+  EXPECT_LE(kernel_mappings(), before + 4);
+  memory.map(at(base, 100 * kBig), chunks[100]);
+  EXPECT_LE(kernel_mappings(), before + 2);
+  for (std::size_t i = 0; i < kCount; ++i) memory.unmap(at(base, i * kBig), kBig, Stream{});
+  for (const PhysicalChunk& chunk : chunks) memory.destroy(chunk);
+  memory.release(base, kCount * kBig);
+  EXPECT_EQ(memory.physical_bytes(), 0u);
+}
+
+// Destroyed extents are reused lowest first, so chunks created after a trim are adjacent
+// again and can share a mapping.
+TEST(HostVirtualMemory, F3CreateReusesTheLowestFreeExtentFirst) {
+  HostVirtualMemory memory;
+  std::vector<PhysicalChunk> chunks;
+  for (int i = 0; i < 4; ++i) chunks.push_back(memory.create(kChunk));
+  memory.destroy(chunks[3]);
+  memory.destroy(chunks[1]);
+  memory.destroy(chunks[2]);
+  EXPECT_EQ(memory.create(kChunk).handle, chunks[1].handle);
+  EXPECT_EQ(memory.create(kChunk).handle, chunks[2].handle);
+  EXPECT_EQ(memory.create(kChunk).handle, chunks[3].handle);
 }
 
 TEST(HostVirtualMemory, DestructorReleasesWhatWasLeft) {

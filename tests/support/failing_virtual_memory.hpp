@@ -3,7 +3,9 @@
 // FailingVirtualMemory forwards to a real VirtualMemory (HostVirtualMemory) and counts the
 // calls of each kind. A test arms one step ("fail the 3rd create from now, with
 // OutOfMemory") and checks that the pool above reports the failure clearly and stays
-// consistent. Only the steps that may fail by contract are armable: reserve, create, map.
+// consistent. The steps that may fail by contract are armable (reserve, create, map), and
+// unmap, which fails only when the system does (Linux at vm.max_map_count): an armed unmap
+// throws without unmapping, so the mapping stays, as HostVirtualMemory's does.
 // Thread-safe like the VirtualMemory it wraps (the counters are atomics).
 #pragma once
 
@@ -19,7 +21,7 @@ namespace sdalloc::test {
 
 class FailingVirtualMemory final : public VirtualMemory {
  public:
-  enum class Step { kReserve, kCreate, kMap };
+  enum class Step { kReserve, kCreate, kMap, kUnmap };
   enum class Failure { kOutOfMemory, kError };
 
   explicit FailingVirtualMemory(VirtualMemory& real) : real_(real) {}
@@ -28,8 +30,8 @@ class FailingVirtualMemory final : public VirtualMemory {
   // unless `persistent`: then every call from the nth on fails until disarm().
   void fail(Step step, std::uint64_t nth, Failure failure = Failure::kOutOfMemory,
             bool persistent = false) {
-    failure_ = failure;
-    persistent_ = persistent;
+    failure_[index(step)] = failure;
+    persistent_[index(step)] = persistent;
     fired_[index(step)].store(false);
     countdown_[index(step)].store(static_cast<std::int64_t>(nth));
   }
@@ -56,9 +58,11 @@ class FailingVirtualMemory final : public VirtualMemory {
     real_.map(address, chunk);
   }
   void unmap(void* address, std::size_t bytes, Stream last_use) override {
+    maybe_fail(Step::kUnmap, "unmap");
     real_.unmap(address, bytes, last_use);
   }
   std::size_t physical_capacity() const override { return real_.physical_capacity(); }
+  std::size_t physical_ceiling() const override { return real_.physical_ceiling(); }
   std::string name() const override { return "failing(" + real_.name() + ")"; }
 
  private:
@@ -70,7 +74,7 @@ class FailingVirtualMemory final : public VirtualMemory {
     std::int64_t left = countdown.load();
     for (;;) {
       if (left < 0) return;
-      if (left == 0 && persistent_) break;
+      if (left == 0 && persistent_[index(step)]) break;
       if (countdown.compare_exchange_weak(left, left - 1)) {
         if (left != 0) return;
         break;
@@ -78,7 +82,7 @@ class FailingVirtualMemory final : public VirtualMemory {
     }
     fired_[index(step)].store(true);
     const std::string message = std::string("injected ") + what + " failure";
-    if (failure_ == Failure::kOutOfMemory) {
+    if (failure_[index(step)] == Failure::kOutOfMemory) {
       OutOfMemoryInfo info;
       throw OutOfMemory::describe(name(), info, message);
     }
@@ -86,11 +90,12 @@ class FailingVirtualMemory final : public VirtualMemory {
   }
 
   VirtualMemory& real_;
-  Failure failure_ = Failure::kOutOfMemory;
-  bool persistent_ = false;
-  std::atomic<std::int64_t> countdown_[3] = {-1, -1, -1};
-  std::atomic<bool> fired_[3] = {false, false, false};
-  std::atomic<std::uint64_t> calls_[3] = {0, 0, 0};
+  static constexpr std::size_t kSteps = 4;
+  Failure failure_[kSteps] = {};
+  bool persistent_[kSteps] = {};
+  std::atomic<std::int64_t> countdown_[kSteps] = {-1, -1, -1, -1};
+  std::atomic<bool> fired_[kSteps] = {false, false, false, false};
+  std::atomic<std::uint64_t> calls_[kSteps] = {0, 0, 0, 0};
 };
 
 }  // namespace sdalloc::test

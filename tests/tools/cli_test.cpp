@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "replay/replay_result.hpp"
 #include "replay/system_allocators.hpp"
 #include "support/test_support.hpp"
 
@@ -106,6 +107,51 @@ TEST(Cli, CapacityTooSmallExitsWithStatusThreeAndSaysOutOfMemory) {
   const CliRun run = run_cli(dir, "replay -q -a pool --capacity 1M '" + resnet_trace() + "'");
   EXPECT_EQ(run.status, 3);
   EXPECT_TRUE(Contains(run.out, "out of memory"));
+}
+
+// Issue 15, F3: one 4 GiB allocation on vmm hit the kernel's mapping limit (a mapping per
+// 64 KiB chunk), the row said "-" and the exit status was 0. The pages are never written.
+TEST(Cli, F3FourGiBAllocationReplaysOnVmm) {
+  TempDir dir;
+  const std::string trace = dir.file("four_gib.csv");
+  test::write_file(trace, "op,id,size\na,0,4294967296\nf,0,4294967296\na,1,1048576\nf,1,1048576\n");
+  const CliRun run = run_cli(dir, "replay -q -a vmm --passes 1 '" + trace + "'");
+  EXPECT_EQ(run.status, 0) << run.out << run.err;
+  // 65,536 pages of 64 KiB for the 4 GiB and 16 in the small range for the 1 MiB.
+  EXPECT_TRUE(Contains(run.out, "chunks 65552")) << run.out;
+}
+
+// F3: an allocator that fails for a reason other than out of memory makes the exit status
+// 4 (it used to be 0); out of memory alone is 3; skipped allocators are no failure.
+TEST(Cli, F3ExitStatusIsFourWhenAnAllocatorFailsOtherwise) {
+  AllocatorResult ran;
+  ran.ran = true;
+  AllocatorResult out_of_memory;
+  out_of_memory.problem = "out of memory: vmm: ...";
+  AllocatorResult not_installed;
+  not_installed.problem = "libjemalloc.so.2 not found; install it with: sudo apt-get install";
+  AllocatorResult failed;
+  failed.problem = "host-vm(memfd): unmap at 0x1000 of 64 KiB: mmap(PROT_NONE) failed";
+  failed.failed = true;
+  EXPECT_EQ(replay_exit_status({ran, not_installed}), 0);
+  EXPECT_EQ(replay_exit_status({ran, out_of_memory}), 3);
+  EXPECT_EQ(replay_exit_status({out_of_memory, failed, ran}), 4);
+  EXPECT_EQ(replay_exit_status({failed}), 4);
+}
+
+// Issue 15, F4: one 1 TiB request to vmm without a capacity created 16 M chunks one by one
+// (a hang), and --min-capacity hung with it. Now it is refused at once: out of memory.
+TEST(Cli, F4TerabyteRequestOnVmmFailsFastAlsoWithMinCapacity) {
+  TempDir dir;
+  const std::string trace = dir.file("one_tib.csv");
+  test::write_file(trace, "op,id,size\na,0,1099511627776\nf,0,1099511627776\n");
+  for (const char* extra : {"", " --min-capacity"}) {
+    SCOPED_TRACE(extra);
+    const CliRun run =
+        run_cli(dir, std::string("replay -q -a vmm --passes 1") + extra + " '" + trace + "'");
+    EXPECT_EQ(run.status, 3) << run.out << run.err;
+    EXPECT_TRUE(Contains(run.out, "out of memory")) << run.out;
+  }
 }
 
 TEST(Cli, JsonHasEveryFieldForEveryAllocatorItRan) {

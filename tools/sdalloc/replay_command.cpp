@@ -84,7 +84,7 @@ int ReplayCommand::run() const {
   replay::ReplayOptions replay_options = options.replay;
   replay_options.allocators = split_list(options.allocators);
   replay_options.progress = !options.quiet;
-  bool out_of_memory = false;
+  int status = 0;
   for (std::size_t t = 0; t < traces.size(); ++t) {
     const TraceInput input = read_trace_input(traces[t]);
     for (const std::string& note : input.notes) {
@@ -94,15 +94,13 @@ int ReplayCommand::run() const {
     if (t > 0) std::printf("\n");
     std::printf("%s", replay::format_table(run).c_str());
     std::fflush(stdout);
-    for (const replay::AllocatorResult& r : run.results) {
-      if (!r.ran && r.problem.rfind("out of memory", 0) == 0) out_of_memory = true;
-    }
+    status = std::max(status, replay::replay_exit_status(run.results));  // 4 before 3
     if (!options.json_path.empty()) replay::write_json(run, numbered_path(options.json_path, t));
     if (!options.report_path.empty()) {
       replay::write_html_report(run, input.trace, numbered_path(options.report_path, t));
     }
   }
-  return out_of_memory ? 3 : 0;
+  return status;
 }
 
 void ReplayChildCommand::add_to(CLI::App& app) {

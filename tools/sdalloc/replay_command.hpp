@@ -17,7 +17,9 @@
 // --json FILE and --report FILE.html (replay_output.hpp, replay/html_report.hpp) write one
 // file per trace: with several traces, "-N" goes before the extension for trace N >= 2.
 // Exit status: 0 every allocator ran (or was skipped as not installed), 1 a bad trace or an
-// error writing output, 2 bad usage, 3 an allocator ran out of memory under --capacity.
+// error writing output, 2 bad usage, 3 an allocator ran out of memory (under --capacity, or
+// a request beyond what the machine has), 4 an allocator failed for another reason (an
+// error from it, a child process that crashed; its row says why), before 3.
 #pragma once
 
 #include <CLI/CLI.hpp>

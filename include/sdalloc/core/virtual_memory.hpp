@@ -116,6 +116,11 @@ class VirtualMemory {
 
   // Most physical bytes this object can create, or 0 when it has no fixed limit.
   virtual std::size_t physical_capacity() const { return 0; }
+  // Most physical bytes that can ever exist at once: physical_capacity() where there is a
+  // fixed limit, else what the machine has (the host: RAM + swap); 0 when unknown. A pool
+  // refuses at once a request that needs more, instead of creating chunks one by one until
+  // the system says no (a 1 TiB request is 16 M chunks of 64 KiB).
+  virtual std::size_t physical_ceiling() const { return physical_capacity(); }
   // Short name for tables and error messages, e.g. "host-vm(memfd)", "cuda-vm(device 0)".
   virtual std::string name() const = 0;
 };

@@ -31,8 +31,11 @@
 // Out of memory: when no chunk can be had (the cap, or the VirtualMemory refuses), the pool
 // waits for pending cross-stream frees and busy streams, moves every free page it finds in
 // any range, and retries; then it throws OutOfMemory stating the request and what was live,
-// mapped and free. A failed request changes nothing: chunks it mapped are unmapped again and
-// chunks it created are destroyed (the same holds when reserve, create or map throw).
+// mapped and free. A request needing more pages than can ever exist (the cap, or the
+// VirtualMemory's physical_ceiling(): RAM + swap on the host) is refused at once. A failed
+// request changes nothing: chunks it mapped are unmapped again and chunks it created are
+// destroyed (the same holds when reserve, create or map throw); a page whose unmap fails
+// during that rollback stays mapped under free space, and the original error goes on.
 //
 // Streams: a block freed on its own stream is reused at once on that stream. A block freed
 // on another stream, or named in record_stream() for other streams, waits until those

@@ -8,12 +8,21 @@
 //    extents of that one file (so a pool with thousands of chunks holds one descriptor); the
 //    file is sparse, and a chunk's pages exist only once written. destroy punches the
 //    extent out (fallocate(FALLOC_FL_PUNCH_HOLE)), which frees its pages, and the extent is
-//    reused by the next create of the same size.
+//    reused by the next create of the same size (the lowest such extent first).
 //  - map: mmap(MAP_FIXED | MAP_SHARED) of the chunk's extent over the reserved addresses.
 //    Remapping a chunk elsewhere keeps its pages in the page cache: touching them again is
 //    a minor fault (no allocation, no zeroing), cheaper than fresh anonymous memory.
 //  - unmap: mmap(PROT_NONE, MAP_FIXED) over the mapping, which turns it back into reserved
 //    space atomically (munmap would open a hole another thread's mmap could land in).
+//
+// Kernel mappings: Linux allows a process vm.max_map_count (65,530 by default) mappings,
+// and every map() that the kernel cannot merge with a neighbour costs one. The kernel
+// merges a mapping with the one before or after it when they map adjacent extents of the
+// file in address order; chunks created one after another are adjacent extents, so a
+// caller that maps them at increasing addresses in increasing handle order (a
+// VirtualMemoryPool does) keeps gigabytes in a handful of mappings. An unmap in the middle
+// of a merged mapping splits it (up to two more); at the limit map() fails with
+// OutOfMemory and unmap() with Error, the mapping staying in place.
 //
 // The object keeps a table of its ranges, mappings and chunks and checks every call
 // against the rules of virtual_memory.hpp: a map outside a reserved range or over a
@@ -41,7 +50,8 @@ namespace sdalloc {
 
 struct HostVirtualMemoryOptions {
   // Most bytes of chunks that may exist at once (create throws OutOfMemory beyond); 0: no
-  // limit but the machine's. Simulates a device of that size.
+  // limit but the machine's (physical_ceiling(): RAM + swap). Simulates a device of that
+  // size.
   std::size_t physical_limit = 0;
   // Pre-fault the pages of a chunk when it is mapped (MAP_POPULATE). Costs one system call's
   // worth of work per chunk instead of one fault per 4 KiB page on first touch, but also
@@ -65,6 +75,10 @@ class HostVirtualMemory final : public VirtualMemory {
   void map(void* address, PhysicalChunk chunk) override;
   void unmap(void* address, std::size_t bytes, Stream last_use) override;
   std::size_t physical_capacity() const override { return options_.physical_limit; }
+  // physical_limit, or without one RAM + swap (read at construction).
+  std::size_t physical_ceiling() const override {
+    return options_.physical_limit != 0 ? options_.physical_limit : machine_bytes_;
+  }
   std::string name() const override;
 
   // Figures of what exists now: bytes of chunks created and not destroyed, bytes mapped,
@@ -78,6 +92,7 @@ class HostVirtualMemory final : public VirtualMemory {
   struct Tables;
 
   HostVirtualMemoryOptions options_;
+  std::size_t machine_bytes_ = 0;  // RAM + swap; 0 when sysinfo() failed
   int fd_ = -1;
   mutable std::mutex mutex_;
   std::unique_ptr<Tables> tables_;

@@ -34,6 +34,17 @@ void Gathered::put_back(std::uint32_t chunk) {
 
 }  // namespace vm_detail
 
+// take() pops from the back: sorting each list by decreasing handle makes the pages of a
+// block, mapped at increasing addresses, get increasing handles (see pages.cpp).
+void VirtualMemoryPool::Impl::order_for_mapping(Gathered& got) const {
+  std::lock_guard lock(chunk_mutex);
+  const auto higher_handle_first = [this](std::uint32_t a, std::uint32_t b) {
+    return chunks[a].handle > chunks[b].handle;
+  };
+  std::sort(got.reused.begin(), got.reused.end(), higher_handle_first);
+  std::sort(got.created.begin(), got.created.end(), higher_handle_first);
+}
+
 // =======================================================================================
 // the chunk table and the spares
 

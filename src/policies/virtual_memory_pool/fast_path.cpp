@@ -138,12 +138,12 @@ void* VirtualMemoryPool::Impl::try_allocate(PoolShard& shard, const Fit& fit, st
   struct Context {
     Impl* pool;
     Level level;
-    std::string* failure;
-  } context{this, level, &attempt.failure};
+    Attempt* attempt;
+  } context{this, level, &attempt};
   const detail::BlockBacking backing{[](void* c, PoolShard& s, Block* block) {
                                        auto* ctx = static_cast<Context*>(c);
                                        return ctx->pool->back_pages(s, block, ctx->level,
-                                                                    *ctx->failure);
+                                                                    *ctx->attempt);
                                      },
                                      &context};
   Block* block = nullptr;

@@ -6,6 +6,13 @@
 // at later levels, of other shards), and from the VirtualMemory, in the order the policy
 // allows; then maps them. Whatever it cannot use goes back, so a failed attempt leaves the
 // pool as it was. A page is moved only when it lies wholly inside a free block.
+//
+// Mapping order: the chunks of one block are mapped in increasing handle order at
+// increasing addresses. HostVirtualMemory's handles are memfd offsets and chunks created
+// one after another are adjacent, so the kernel merges their mappings into one: 4 GiB of
+// fresh 64 KiB pages is one mapping, not 65,536 (Linux allows 65,530 per process).
+// Rollback cannot throw: a page whose unmap fails stays mapped under free space, which
+// the invariant allows, and the request's own error goes on.
 
 #include <algorithm>
 #include <mutex>
@@ -23,7 +30,8 @@ using vm_detail::VmRange;
 // backing one block
 
 bool VirtualMemoryPool::Impl::back_pages(PoolShard& shard, Block* block, Level level,
-                                         std::string& failure) {
+                                         Attempt& attempt) {
+  std::string& failure = attempt.failure;
   VmRange& range = range_of(block);
   const std::size_t page_size = range.page_size;
   const std::size_t first = range.first_page(block->addr);
@@ -31,6 +39,16 @@ bool VirtualMemoryPool::Impl::back_pages(PoolShard& shard, Block* block, Level l
   std::size_t missing = 0;
   for (std::size_t p = first; p < end; ++p) missing += range.is_mapped(p) ? 0 : 1;
   if (missing == 0) return true;
+  if (const std::size_t ceiling = physical_ceiling();
+      ceiling != 0 && missing > ceiling / page_size) {
+    // More pages than can ever exist: no later level helps, and creating chunks one by one
+    // until the system refuses would take minutes for a request of a terabyte.
+    attempt = {std::to_string(missing) + " more pages of " + format_bytes(page_size) + " (" +
+                   format_bytes(missing * page_size) + ") exceed the " + format_bytes(ceiling) +
+                   " of physical memory that can ever exist",
+               true};
+    return false;
+  }
   if (range.pages.size() < end) {
     // Doubling keeps growth rare; never past the range's own page count.
     range.pages.resize(
@@ -44,6 +62,7 @@ bool VirtualMemoryPool::Impl::back_pages(PoolShard& shard, Block* block, Level l
       give_back(got, page_size);
       return false;
     }
+    order_for_mapping(got);
     map_pages(shard, range, first, end, got);
   } catch (...) {
     give_back(got, page_size);
@@ -134,9 +153,14 @@ void VirtualMemoryPool::Impl::map_pages(PoolShard& shard, VmRange& range, std::s
       counters.mapped.add(range.page_size);
     }
   } catch (...) {
-    // Roll back: the request fails as if it had never been made.
+    // Roll back: the request fails as if it had never been made. A page that cannot be
+    // unmapped (the system refused: Linux at its mapping limit) stays mapped under what is
+    // free space again, its chunk held by the range, and the map's error is what goes on.
     while (!mapped_here.empty()) {  // last mapped first
-      got.put_back(unmap_page(range, mapped_here.back(), shard.stream));
+      try {
+        got.put_back(unmap_page(range, mapped_here.back(), shard.stream));
+      } catch (...) {  // NOLINT(bugprone-empty-catch): kept mapped, see above
+      }
       mapped_here.pop_back();
     }
     rethrow_map_failure(range.page_size);

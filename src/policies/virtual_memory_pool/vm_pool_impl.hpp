@@ -21,6 +21,7 @@
 // physical cap, trim), virtual_memory_pool.cpp (options, hooks, figures, invariants).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -157,7 +158,8 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
   Block* add_range(PoolShard& shard, const Fit& fit);
 
   // --- pages (pages.cpp) --------------------------------------------------------------
-  bool back_pages(PoolShard& shard, Block* block, Level level, std::string& failure);
+  // Answers false with `attempt` saying why (final when no later level can help).
+  bool back_pages(PoolShard& shard, Block* block, Level level, Attempt& attempt);
   void gather(PoolShard& shard, std::size_t page_size, std::size_t missing,
               std::size_t request_bytes, Level level, Gathered& got, std::string& failure);
   bool within_growth_slack(std::size_t bytes, std::size_t request_bytes);
@@ -176,6 +178,8 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
 
   // --- chunks (chunks.cpp) ------------------------------------------------------------
   PhysicalChunk chunk_at(std::uint32_t index) const;
+  // Sorts the chunks in hand so that take() answers them in increasing handle order.
+  void order_for_mapping(Gathered& got) const;
   std::vector<std::uint32_t>& spares_for(std::size_t page_size);
   void take_spares(std::size_t page_size, std::size_t want, std::vector<std::uint32_t>& out);
   void give_back_reused(std::vector<std::uint32_t>& reused, std::size_t page_size);
@@ -202,6 +206,14 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
   std::size_t capacity() const {
     return options.max_physical_bytes != 0 ? options.max_physical_bytes
                                            : memory.physical_capacity();
+  }
+  // Most physical bytes this pool could ever hold: the cap, or what the VirtualMemory can
+  // ever have (0: unknown). A request needing more pages is refused at once.
+  std::size_t physical_ceiling() const {
+    const std::size_t vm = memory.physical_ceiling();
+    const std::size_t cap = options.max_physical_bytes;
+    if (cap == 0) return vm;
+    return vm == 0 ? cap : std::min(cap, vm);
   }
 
   VirtualMemory& memory;

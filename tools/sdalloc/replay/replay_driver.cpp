@@ -127,6 +127,7 @@ AllocatorResult run_in_process(const InProcessAllocator& allocator, const Prepar
     return result;
   } catch (const Error& error) {
     result.problem = error.what();
+    result.failed = true;
     result.samples.clear();
     return result;
   }

@@ -27,6 +27,10 @@ struct AllocatorResult {
   // `problem` says why and how to fix it, and the figures below are meaningless.
   bool ran = false;
   std::string problem;
+  // Did not run because something failed: an error other than running out of memory, a
+  // child process that crashed. Not set for an allocator that is not installed or not
+  // measured (sanitizer build), nor for out of memory. `sdalloc replay` then exits with 4.
+  bool failed = false;
   std::uint64_t peak_reserved = 0;            // most bytes held at once over all passes
   double ratio = 0;                           // peak_reserved / the trace's peak live bytes
   double ns_per_op = 0;                       // median over passes of (pass time / events)
@@ -54,6 +58,18 @@ inline double median_ns_per_op(std::vector<double> pass_seconds, std::uint64_t e
   const double median =
       n % 2 == 1 ? pass_seconds[n / 2] : (pass_seconds[n / 2 - 1] + pass_seconds[n / 2]) / 2;
   return median * 1e9 / double(events);
+}
+
+// The exit status `sdalloc replay` gives for these results: 4 when an allocator failed
+// (AllocatorResult::failed), else 3 when one ran out of memory, else 0.
+inline int replay_exit_status(const std::vector<AllocatorResult>& results) {
+  int status = 0;
+  for (const AllocatorResult& r : results) {
+    if (r.ran) continue;
+    if (r.failed) return 4;
+    if (r.problem.rfind("out of memory", 0) == 0) status = 3;
+  }
+  return status;
 }
 
 }  // namespace sdalloc::replay

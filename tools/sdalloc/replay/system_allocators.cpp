@@ -225,9 +225,11 @@ AllocatorResult run_system_allocator(const SystemAllocator& allocator,
     status = spawn_and_read(argv, *library, out);
   } catch (const Error& error) {  // this allocator is lost, not the other results
     result.problem = error.what();
+    result.failed = true;
     return result;
   }
   if (status != 0) {
+    result.failed = true;
     result.problem = "the child process failed (exit status " + std::to_string(status) + ")" +
                      (out.empty() ? std::string() : ": " + out.substr(0, 300));
     return result;
@@ -245,6 +247,7 @@ AllocatorResult run_system_allocator(const SystemAllocator& allocator,
     result.ns_per_op = median_ns_per_op(result.pass_seconds, events);
   } catch (const nlohmann::json::exception& error) {
     result.problem = std::string("the child's report is unreadable: ") + error.what();
+    result.failed = true;
     return result;
   }
   result.ratio = peak_live == 0 ? 0 : double(result.peak_reserved) / double(peak_live);
