@@ -1,9 +1,12 @@
 // step_detector.cpp - StepDetector: the prefix function of the request string, and the lock.
 #include "preload/step_detector.hpp"
 
+#include "sdalloc/core/pool.hpp"
+
 namespace sdalloc::preload {
 namespace {
-constexpr std::size_t kRounding = 512;  // the pools' rounding: sizes that plan alike are alike
+// The pools' rounding: sizes that round alike plan alike.
+constexpr std::size_t kRounding = kPoolRounding;
 }  // namespace
 
 StepDetector::StepDetector() {

@@ -47,6 +47,13 @@ inline constexpr std::size_t kPoolRounding = 512;
 inline constexpr std::size_t kPoolMaxAlignment = std::size_t{1} << 30;
 inline constexpr std::size_t kPoolMaxAllocation = std::size_t{1} << 48;
 
+// A pool derives from PoolLimits to state them as its own (CachingPool::kRounding, ...).
+struct PoolLimits {
+  static constexpr std::size_t kRounding = kPoolRounding;
+  static constexpr std::size_t kMaxAlignment = kPoolMaxAlignment;
+  static constexpr std::size_t kMaxAllocation = kPoolMaxAllocation;
+};
+
 template <typename P>
 concept Pool = std::derived_from<P, MemoryResource> &&
     requires(P& pool, const P& const_pool, void* ptr, const void* const_ptr, std::size_t bytes,

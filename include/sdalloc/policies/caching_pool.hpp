@@ -83,12 +83,8 @@ struct CachingPoolOptions {
   void validate() const;
 };
 
-class CachingPool final : public MemoryResource {
+class CachingPool final : public MemoryResource, public PoolLimits {
  public:
-  static constexpr std::size_t kRounding = kPoolRounding;
-  static constexpr std::size_t kMaxAlignment = kPoolMaxAlignment;
-  static constexpr std::size_t kMaxAllocation = kPoolMaxAllocation;
-
   // The upstream resource (and the stream_events hook, if given) must outlive the pool.
   explicit CachingPool(MemoryResource& upstream, CachingPoolOptions options = {});
   ~CachingPool() override;

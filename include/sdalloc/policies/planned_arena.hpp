@@ -133,12 +133,8 @@ struct PlannedArenaCounters {
   std::uint64_t unplanned_steps = 0;       // recordings given up as too long to plan in time
 };
 
-class PlannedArena final : public MemoryResource {
+class PlannedArena final : public MemoryResource, public PoolLimits {
  public:
-  static constexpr std::size_t kRounding = kPoolRounding;
-  static constexpr std::size_t kMaxAlignment = kPoolMaxAlignment;
-  static constexpr std::size_t kMaxAllocation = kPoolMaxAllocation;
-
   // The upstream resource must outlive this object.
   explicit PlannedArena(MemoryResource& upstream, PlannedArenaOptions options = {});
   ~PlannedArena() override;

@@ -129,12 +129,8 @@ struct VirtualMemoryPoolStats {
   std::uint64_t ooms = 0;
 };
 
-class VirtualMemoryPool final : public MemoryResource {
+class VirtualMemoryPool final : public MemoryResource, public PoolLimits {
  public:
-  static constexpr std::size_t kRounding = kPoolRounding;
-  static constexpr std::size_t kMaxAlignment = kPoolMaxAlignment;
-  static constexpr std::size_t kMaxAllocation = kPoolMaxAllocation;
-
   // Reserves nothing yet: the first request of each stream and class reserves its range.
   explicit VirtualMemoryPool(VirtualMemory& memory, VirtualMemoryPoolOptions options = {});
   ~VirtualMemoryPool() override;
