@@ -62,22 +62,9 @@ TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
   EXPECT_EQ(parse_error("threshold:lots"), "SDALLOC_CONF: not a size: 'lots', in 'threshold:lots'");
 }
 
-std::string between(const std::string& text, const std::string& begin, const std::string& end,
-                    const std::string& after = "") {
-  const std::size_t from = text.find(begin);
-  if (from == std::string::npos) return "(no '" + begin + "')";
-  const std::size_t past = text.find(after, from);
-  if (past == std::string::npos) return "(no '" + after + "' after '" + begin + "')";
-  const std::size_t start = past + after.size();
-  const std::size_t stop = text.find(end, start);
-  if (stop == std::string::npos) return "(no '" + end + "')";
-  return text.substr(start, stop - start);
-}
-
 TEST(PreloadConfigDocs, PreloadMdHoldsExactlyTheTable) {
   const std::string doc = test::read_file(SDALLOC_SOURCE_DIR "/docs/preload.md");
-  EXPECT_EQ(between(doc, "<!-- SDALLOC_CONF keys: generated", "<!-- end of SDALLOC_CONF keys -->",
-                    "-->\n"),
+  EXPECT_EQ(test::generated_key_table(doc),
             std::string("\n").append(preload_options().markdown()).append("\n"))
       << "docs/preload.md's key table must be the drop-in's option table: replace the lines "
          "between its markers (kept apart by a blank line) with the text expected above "

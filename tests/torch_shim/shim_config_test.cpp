@@ -112,24 +112,9 @@ TEST(ShimConfig, AGranularityRaisesWhatMustBeItsMultiple) {
 // =======================================================================================
 // The documentation is the table
 
-// The text after the line holding `begin` (or, with `after`, after the first `after` that
-// follows it) up to `end`.
-std::string between(const std::string& text, const std::string& begin, const std::string& end,
-                    const std::string& after = "\n") {
-  const std::size_t from = text.find(begin);
-  if (from == std::string::npos) return "(no '" + begin + "')";
-  const std::size_t past = text.find(after, from);
-  if (past == std::string::npos) return "(no '" + after + "' after '" + begin + "')";
-  const std::size_t start = past + after.size();
-  const std::size_t stop = text.find(end, start);
-  if (stop == std::string::npos) return "(no '" + end + "')";
-  return text.substr(start, stop - start);
-}
-
 TEST(ShimConfigDocs, PytorchMdHoldsExactlyTheTable) {
   const std::string doc = test::read_file(SDALLOC_SOURCE_DIR "/docs/pytorch.md");
-  EXPECT_EQ(between(doc, "<!-- SDALLOC_CONF keys: generated", "<!-- end of SDALLOC_CONF keys -->",
-                    "-->\n"),
+  EXPECT_EQ(test::generated_key_table(doc),
             std::string("\n").append(shim_options().markdown()).append("\n"))
       << "docs/pytorch.md's key table must be the shim's option table: replace the lines "
          "between its markers (kept apart by a blank line) with the text expected above "
@@ -138,7 +123,7 @@ TEST(ShimConfigDocs, PytorchMdHoldsExactlyTheTable) {
 
 TEST(ShimConfigDocs, TheHeaderListsEveryKey) {
   const std::string header = test::read_file(SDALLOC_SOURCE_DIR "/include/sdalloc/torch_shim.h");
-  const std::string keys = between(header, " * Keys (", " * A malformed SDALLOC_CONF");
+  const std::string keys = test::between(header, " * Keys (", " * A malformed SDALLOC_CONF");
   for (const auto& row : shim_options().rows()) {
     EXPECT_TRUE(Contains(keys, " *   " + std::string(row.spec.key) + " ")) << row.spec.key;
   }
