@@ -95,7 +95,8 @@ void ReservedRange::protect(void* piece, std::size_t bytes) {
   // Cannot fail for a range we hold (the kernel needs no new page-table memory to remove a
   // mapping); if it does, the pages stay mapped and the piece is still ours: only memory is
   // lost.
-  ::mmap(piece, bytes, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  (void)::mmap(piece, bytes, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+               0);
 }
 
 // =======================================================================================
@@ -108,16 +109,14 @@ FreshPages& FreshPages::of_this_thread() {
 
 void FreshPages::note(const void* piece, std::size_t bytes) {
   const auto p = reinterpret_cast<std::uintptr_t>(piece);
-  if (begin == end) {
+  if (begin == end || (p != end && p + bytes != begin && bytes > end - begin)) {
+    // None yet, or a run larger than the one kept and not adjacent to it: keep the new one.
     begin = p;
     end = p + bytes;
   } else if (p == end) {
     end += bytes;
   } else if (p + bytes == begin) {
     begin = p;
-  } else if (bytes > end - begin) {
-    begin = p;
-    end = p + bytes;
   }
 }
 

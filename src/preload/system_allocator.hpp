@@ -10,6 +10,9 @@
 
 #include <cstddef>
 
+// glibc's own names: reserved identifiers, declared here because glibc exports them for
+// exactly this use (an allocator that wraps it) and no header declares them.
+// NOLINTBEGIN(bugprone-reserved-identifier)
 extern "C" {
 void* __libc_malloc(std::size_t bytes);
 void __libc_free(void* ptr);
@@ -17,6 +20,7 @@ void* __libc_calloc(std::size_t count, std::size_t bytes);
 void* __libc_realloc(void* ptr, std::size_t bytes);
 void* __libc_memalign(std::size_t alignment, std::size_t bytes);
 }
+// NOLINTEND(bugprone-reserved-identifier)
 
 namespace sdalloc::preload {
 
