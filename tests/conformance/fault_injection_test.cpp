@@ -256,8 +256,11 @@ std::string run_once(const EventTrace& trace, int steps, const Kinds& kinds,
   std::string violation = replay.run(trace, steps);
   plan.disarm();
   if (calls != nullptr) *calls = plan.calls();
-  if (violation.empty() && k && plan.failures() != 1) {
-    violation = "call " + std::to_string(*k) + " was never made";
+  // A k past this run's last call has nothing to fail: how many calls a replay makes can
+  // depend on time (a planned step whose planning meets its deadline under a sanitizer takes
+  // another path), so such a run is not a violation, only a run that tested nothing.
+  if (violation.empty() && k && plan.failures() > 1) {
+    violation = "call " + std::to_string(*k) + " failed more than once";
   }
   replay.release_live();
   return violation;
