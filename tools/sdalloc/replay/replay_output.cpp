@@ -9,6 +9,7 @@
 
 #include "json_file.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "text_table.hpp"
 
 namespace sdalloc::replay {
 namespace {
@@ -60,24 +61,7 @@ std::string format_table(const ReplayRun& run) {
                         : "-",
                     r.counters});
   }
-  std::vector<std::size_t> width(header.size());
-  for (std::size_t c = 0; c < header.size(); ++c) {
-    width[c] = header[c].size();
-    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
-  }
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string text;
-    for (std::size_t c = 0; c < cells.size(); ++c) {
-      const bool last = c + 1 == cells.size();
-      const bool left = c == 0 || last;  // names and notes left, figures right
-      const std::string pad(width[c] - cells[c].size(), ' ');
-      text += left ? cells[c] + (last ? "" : pad) : pad + cells[c];
-      if (!last) text += "  ";
-    }
-    return text + "\n";
-  };
-  out += line(header);
-  for (const auto& row : rows) out += line(row);
+  out += tools::text_table(header, rows);
   return out;
 }
 

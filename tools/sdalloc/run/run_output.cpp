@@ -10,6 +10,7 @@
 
 #include "json_file.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "text_table.hpp"
 
 namespace sdalloc::run {
 namespace {
@@ -160,25 +161,7 @@ std::string format_run_table(const RunReport& report) {
                     format_size(m->peak_rss_bytes), std::to_string(m->minor_faults),
                     fixed(m->user_seconds, 2), fixed(m->system_seconds, 2), notes(r)});
   }
-  std::vector<std::size_t> width(header.size());
-  for (std::size_t c = 0; c < header.size(); ++c) {
-    width[c] = header[c].size();
-    for (const auto& row : rows) width[c] = std::max(width[c], row[c].size());
-  }
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string text;
-    for (std::size_t c = 0; c < cells.size(); ++c) {
-      const bool last = c + 1 == cells.size();
-      const bool left = c == 0 || last;  // names and notes left, figures right
-      const std::string pad(width[c] - cells[c].size(), ' ');
-      text += left ? cells[c] + (last ? "" : pad) : pad + cells[c];
-      if (!last) text += "  ";
-    }
-    while (!text.empty() && text.back() == ' ') text.pop_back();
-    return text + "\n";
-  };
-  out += line(header);
-  for (const auto& row : rows) out += line(row);
+  out += tools::text_table(header, rows, /*trim=*/true);
   return out;
 }
 
