@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "c_api/boundary.hpp"
 #include "c_api/c_pool.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/core/pool_layout.hpp"
@@ -40,23 +41,9 @@ struct sdalloc_layout {
   sdalloc::PoolLayout layout;
 };
 
-namespace {
+using namespace sdalloc::c_api_detail;  // NOLINT(google-build-using-namespace)
 
-// The C enums and the C++ ones are the same numbers: the C API casts between them.
-static_assert(SDALLOC_DTYPE_FP32 == static_cast<int>(sdalloc::DType::kFloat32));
-static_assert(SDALLOC_DTYPE_FP16 == static_cast<int>(sdalloc::DType::kFloat16));
-static_assert(SDALLOC_DTYPE_BF16 == static_cast<int>(sdalloc::DType::kBFloat16));
-static_assert(SDALLOC_DTYPE_FP8_E4M3 == static_cast<int>(sdalloc::DType::kFloat8E4M3));
-static_assert(SDALLOC_DTYPE_FP8_E5M2 == static_cast<int>(sdalloc::DType::kFloat8E5M2));
-static_assert(SDALLOC_DTYPE_INT8 == static_cast<int>(sdalloc::DType::kInt8));
-static_assert(SDALLOC_DTYPE_UINT8 == static_cast<int>(sdalloc::DType::kUInt8));
-static_assert(SDALLOC_DTYPE_INT32 == static_cast<int>(sdalloc::DType::kInt32));
-static_assert(SDALLOC_DTYPE_INT64 == static_cast<int>(sdalloc::DType::kInt64));
-static_assert(SDALLOC_DTYPE_INT4_PACKED == static_cast<int>(sdalloc::DType::kInt4Packed));
-static_assert(SDALLOC_DTYPE_FP64 == static_cast<int>(sdalloc::DType::kFloat64));
-static_assert(SDALLOC_DTYPE_INT16 == static_cast<int>(sdalloc::DType::kInt16));
-static_assert(SDALLOC_DTYPE_BOOL == static_cast<int>(sdalloc::DType::kBool));
-static_assert(SDALLOC_MAX_DIMS >= 1);
+namespace {
 
 // The smallest struct_size each versioned struct accepts: the end of the last field of its
 // first version. Callers built against a newer header than this library send a larger size
@@ -75,67 +62,6 @@ constexpr std::size_t kBlockInfoFirstSize =
 static_assert(SDALLOC_BLOCK_FREE == static_cast<int>(sdalloc::BlockState::kFree));
 static_assert(SDALLOC_BLOCK_LIVE == static_cast<int>(sdalloc::BlockState::kLive));
 static_assert(SDALLOC_BLOCK_PENDING_FREE == static_cast<int>(sdalloc::BlockState::kPendingFree));
-
-// The integer a C caller passed in an enum type. C lets any int travel in an enum; in C++
-// a value outside the enumerators' range is undefined behaviour to load (UBSan reports it),
-// so enums that come from C are read through their object representation and checked as
-// integers.
-template <typename Enum>
-std::int32_t raw_value(const Enum& value) noexcept {
-  static_assert(sizeof(Enum) == sizeof(std::int32_t), "C enums are int-sized");
-  std::int32_t raw = 0;
-  std::memcpy(&raw, &value, sizeof raw);
-  return raw;
-}
-
-// DType has a fixed underlying type, so every int32 is a valid DType value (perhaps not
-// one of its enumerators, which dtype_bits() answers with 0).
-sdalloc::DType dtype_of(const sdalloc_dtype_t& dtype) noexcept {
-  return static_cast<sdalloc::DType>(raw_value(dtype));
-}
-
-// ------------------------------------------------------------------ errors
-
-constexpr std::size_t kMessageCapacity = 1024;
-// Constant-initialised POD: no TLS guard, no allocation, cannot throw.
-thread_local char t_last_error[kMessageCapacity] = "";
-
-sdalloc_status_t fail(const char* function, sdalloc_status_t status, const char* message) noexcept {
-  std::snprintf(t_last_error, kMessageCapacity, "%s: %s", function, message);
-  return status;
-}
-
-// Runs body and turns whatever it throws into a status. The most specific sdalloc errors
-// are caught first; OutOfMemory before Error, since it derives from it.
-template <typename Body>
-sdalloc_status_t guarded(const char* function, Body&& body) noexcept {
-  try {
-    body();
-    return SDALLOC_SUCCESS;
-  } catch (const sdalloc::OutOfMemory& e) {
-    return fail(function, SDALLOC_ERROR_OUT_OF_MEMORY, e.what());
-  } catch (const sdalloc::InvalidArgument& e) {
-    return fail(function, SDALLOC_ERROR_INVALID_ARGUMENT, e.what());
-  } catch (const sdalloc::InvalidPointer& e) {
-    return fail(function, SDALLOC_ERROR_INVALID_POINTER, e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(function, SDALLOC_ERROR_OUT_OF_MEMORY,
-                "out of host memory for sdalloc's own bookkeeping (std::bad_alloc)");
-  } catch (const std::exception& e) {
-    return fail(function, SDALLOC_ERROR_INTERNAL, e.what());
-  } catch (...) {
-    return fail(function, SDALLOC_ERROR_INTERNAL, "unknown exception (not a std::exception)");
-  }
-}
-
-void require(bool condition, const char* what) {
-  if (!condition) throw sdalloc::InvalidArgument(what);
-}
-
-sdalloc::AnyPool& pool_of(sdalloc_pool_t* pool) {
-  require(pool != nullptr, "pool is NULL");
-  return *pool->pool;
-}
 
 // A host stack as the config describes it: host memory, capped when capacity is set.
 std::unique_ptr<sdalloc_pool> make_host_pool(const sdalloc_pool_config_t& config) {
@@ -185,8 +111,6 @@ const std::vector<std::string>& memory_stat_keys() {
   return keys;
 }
 
-sdalloc::Stream stream_of(sdalloc_stream_t stream) { return sdalloc::Stream::from_native(stream); }
-
 void check_struct_size(const char* name, std::size_t size, std::size_t first, std::size_t current,
                        const char* how_to_fill) {
   if (size == 0) {
@@ -216,37 +140,6 @@ void fill_versioned(Struct* out, const char* name, const char* type, std::size_t
   fill(filled);
   filled.struct_size = size;
   std::memcpy(out, &filled, size);
-}
-
-// ------------------------------------------------------------------ tensors
-
-// The byte size of a C tensor shape, with the checks only the C side needs (ndim range,
-// NULL dims) before the C++ ones (dtype, negative dims, overflow).
-std::size_t checked_nbytes(sdalloc::DType dtype, std::int32_t ndim, const std::int64_t* dims) {
-  if (ndim < 0 || ndim > SDALLOC_MAX_DIMS) {
-    throw sdalloc::InvalidArgument("ndim " + std::to_string(ndim) + " is out of range [0, " +
-                                   std::to_string(SDALLOC_MAX_DIMS) + "]");
-  }
-  if (dims == nullptr && ndim > 0) {
-    throw sdalloc::InvalidArgument("dims is NULL but ndim is " + std::to_string(ndim));
-  }
-  const std::span<const std::int64_t> shape(dims, dims == nullptr ? 0 : std::size_t(ndim));
-  return sdalloc::tensor_nbytes(dtype, shape);
-}
-
-// Row-major contiguous strides in elements. Like PyTorch, a 0 dim counts as 1 here, so an
-// empty tensor still gets distinct strides; that product can overflow even though the
-// tensor has no elements, which is refused like any other overflowing shape.
-void fill_contiguous_strides(sdalloc_tensor_t& tensor) {
-  std::int64_t stride = 1;
-  for (std::int32_t i = tensor.ndim - 1; i >= 0; --i) {
-    tensor.strides[i] = stride;
-    const std::int64_t extent = tensor.dims[i] == 0 ? 1 : tensor.dims[i];
-    if (i > 0 && __builtin_mul_overflow(stride, extent, &stride)) {
-      throw sdalloc::InvalidArgument(
-          "tensor size overflows: the strides of this shape do not fit in int64_t");
-    }
-  }
 }
 
 }  // namespace
@@ -550,59 +443,5 @@ sdalloc_status_t sdalloc_pool_trace_stop(sdalloc_pool_t* pool, std::uint64_t* ev
     pool_of(pool);
     const std::uint64_t written = pool->recorder.stop();
     if (events != nullptr) *events = written;
-  });
-}
-
-// ==================================================================== tensors
-
-std::int32_t sdalloc_dtype_bits(sdalloc_dtype_t dtype) noexcept {
-  return sdalloc::dtype_bits(dtype_of(dtype));
-}
-
-const char* sdalloc_dtype_name(sdalloc_dtype_t dtype) noexcept {
-  // dtype_name returns views of string literals, so data() is NUL-terminated.
-  return sdalloc::dtype_name(dtype_of(dtype)).data();
-}
-
-sdalloc_status_t sdalloc_tensor_nbytes(sdalloc_dtype_t dtype, std::int32_t ndim,
-                                       const std::int64_t* dims, std::size_t* nbytes) noexcept {
-  if (nbytes != nullptr) *nbytes = 0;
-  return guarded(__func__, [&] {
-    require(nbytes != nullptr, "nbytes is NULL");
-    *nbytes = checked_nbytes(dtype_of(dtype), ndim, dims);
-  });
-}
-
-sdalloc_status_t sdalloc_tensor_alloc(sdalloc_pool_t* pool, sdalloc_dtype_t dtype,
-                                      std::int32_t ndim, const std::int64_t* dims,
-                                      sdalloc_stream_t stream, sdalloc_tensor_t* out) noexcept {
-  if (out != nullptr) std::memset(out, 0, sizeof *out);
-  return guarded(__func__, [&] {
-    sdalloc::AnyPool& handle_pool = pool_of(pool);
-    require(out != nullptr, "out is NULL");
-    sdalloc_tensor_t tensor;
-    std::memset(&tensor, 0, sizeof tensor);
-    tensor.nbytes = checked_nbytes(dtype_of(dtype), ndim, dims);
-    tensor.dtype = dtype;  // a valid enumerator: checked_nbytes has accepted it
-    tensor.ndim = ndim;
-    tensor.stream = stream;
-    for (std::int32_t i = 0; i < ndim; ++i) tensor.dims[i] = dims[i];
-    fill_contiguous_strides(tensor);
-    // Allocated last: nothing after it can throw, so a failure never leaks the memory.
-    tensor.data =
-        handle_pool.allocate(tensor.nbytes, sdalloc::CachingPool::kRounding, stream_of(stream));
-    pool->recorder.on_allocate(tensor.data, tensor.nbytes, stream_of(stream));
-    *out = tensor;
-  });
-}
-
-sdalloc_status_t sdalloc_tensor_free(sdalloc_pool_t* pool, sdalloc_tensor_t* tensor) noexcept {
-  return guarded(__func__, [&] {
-    sdalloc::AnyPool& handle_pool = pool_of(pool);
-    require(tensor != nullptr, "tensor is NULL");
-    pool->recorder.on_free(tensor->data, stream_of(tensor->stream));
-    handle_pool.free(tensor->data, stream_of(tensor->stream));
-    tensor->data = nullptr;
-    tensor->nbytes = 0;
   });
 }
