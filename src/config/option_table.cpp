@@ -162,7 +162,8 @@ std::size_t parse_size(std::string_view text) {
   text = trim(text);
   double number = 0.0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), number);
-  if (error != std::errc() || end == text.data() || number < 0.0) {
+  // !isfinite: NaN passes every comparison below and would reach the cast (undefined).
+  if (error != std::errc() || end == text.data() || !std::isfinite(number) || number < 0.0) {
     throw InvalidArgument("not a size: '" + std::string(original) + "'");
   }
   const std::string_view suffix = trim(text.substr(std::size_t(end - text.data())));

@@ -104,6 +104,7 @@ std::string format_stats(const PoolStats& s) {
   count_row(out, "frees", s.frees);
   count_row(out, "segment allocations", s.segment_allocations);
   count_row(out, "segment releases", s.segment_releases);
+  if (s.failed_releases != 0) count_row(out, "failed releases", s.failed_releases);
   count_row(out, "consolidations", s.consolidations);
   count_row(out, "oom retries", s.oom_retries);
   count_row(out, "ooms", s.ooms);

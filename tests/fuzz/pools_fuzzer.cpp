@@ -49,13 +49,6 @@ struct Block {
   Stream stream;
 };
 
-// Whether calls that give memory back (deallocate, unmap) fail too: not by default, while
-// the findings they reveal are open (see the uses).
-bool fail_deallocate() {
-  static const bool on = std::getenv("SDALLOC_FUZZ_FAIL_DEALLOCATE") != nullptr;
-  return on;
-}
-
 Stream stream_of(std::uint8_t n) { return Stream{static_cast<std::uintptr_t>(n % 3) * 0x100}; }
 
 // One pool of any kind, seen through the operations the fuzzer makes.
@@ -245,14 +238,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (kind == 2) {
     fuzz::HeapVirtualMemory memory(cap);
     test::FaultInjectingVirtualMemory faulty(memory, faults);
-    // A failed unmap under eager_unmap makes free() throw although it freed the block
-    // (finding FV1, known_findings/pools-vmm-eager-unmap-free-throws; src/policies/
-    // virtual_memory_pool is being fixed elsewhere). SDALLOC_FUZZ_FAIL_DEALLOCATE=1 fails
-    // unmap too.
-    if (!fail_deallocate()) {
-      faults.count_only(
-          {test::ResourceCall::kReserve, test::ResourceCall::kCreate, test::ResourceCall::kMap});
-    }
+    // Every call may fail, unmap and destroy included: a free must succeed whatever the
+    // memory answers (finding FV1, now corpus/pools/pools-vmm-eager-unmap-free-throws).
     VirtualMemoryPoolOptions options;
     options.large_page_size = std::size_t{4096} << in.ConsumeIntegralInRange<int>(0, 4);
     options.small_page_size = std::size_t{4096} << in.ConsumeIntegralInRange<int>(0, 2);
@@ -271,11 +258,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   fuzz::HeapResource heap(cap);
   test::FaultInjectingResource faulty(heap, faults);
-  // A failed deallocate breaks CachingPool and PlannedArena today (issue 15, findings FA1-FA3
-  // of fault injection: free() reports an error for a free that happened, the recording's
-  // books break, a segment record leaks; known_findings/ has an input). Until they are
-  // fixed, only allocate fails here; SDALLOC_FUZZ_FAIL_DEALLOCATE=1 fails both.
-  if (!fail_deallocate()) faults.count_only({test::ResourceCall::kAllocate});
+  // Deallocate fails too: a free must succeed and the books hold whatever the resource
+  // answers (findings FA1-FA3, now corpus/pools/pools-leak-failed-deallocate).
   CachingPoolOptions options;
   options.segment_granularity = std::size_t{4096} << in.ConsumeIntegralInRange<int>(0, 3);
   options.min_segment_size =

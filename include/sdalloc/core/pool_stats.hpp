@@ -40,6 +40,7 @@ struct PoolStats {
   std::size_t peak_segments = 0;
   std::uint64_t segment_allocations = 0;  // calls to the resource's allocate
   std::uint64_t segment_releases = 0;     // calls to the resource's deallocate
+  std::uint64_t failed_releases = 0;      // deallocate calls that failed: left to the resource
 
   std::size_t free_bytes = 0;          // reserved - allocated: cached, reusable
   std::size_t largest_free_block = 0;  // the biggest single request servable without growing

@@ -97,6 +97,7 @@ PoolStats CachingPool::Impl::stats() const {
   s.peak_segments = counters.segments.peak();
   s.segment_allocations = counters.segment_allocations.load(std::memory_order_relaxed);
   s.segment_releases = counters.segment_releases.load(std::memory_order_relaxed);
+  s.failed_releases = counters.failed_releases.load(std::memory_order_relaxed);
   s.consolidations = counters.consolidations.load(std::memory_order_relaxed);
   return s;
 }

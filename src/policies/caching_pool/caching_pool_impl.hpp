@@ -78,6 +78,7 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   std::size_t release_free_segments(const PoolShard* requester, bool wait);
   // Gives segments already unlinked from their shard back to the resource.
   std::size_t return_segments(const std::vector<Segment*>& segments, Stream stream);
+  bool give_back(void* base, std::size_t size, Stream stream) noexcept;
   bool wants_consolidation(const PoolShard& shard) const {
     return shard.figures.live_allocations == 0 && shard.churned && shard.figures.segments >= 2 &&
            options.consolidate_when_empty && shard.pending.empty();

@@ -35,7 +35,7 @@ Block* CachingPool::Impl::install_segment(PoolShard& shard, void* base, std::siz
     return block;
   } catch (...) {
     delete segment;  // add_segment fails only before it links the segment
-    upstream.deallocate(base, size, shard.stream);
+    give_back(base, size, shard.stream);
     throw;
   }
 }
@@ -64,17 +64,30 @@ std::size_t CachingPool::Impl::return_segments(const std::vector<Segment*>& segm
                                                Stream stream) {
   std::size_t released = 0;
   for (Segment* s : segments) {
-    upstream.deallocate(reinterpret_cast<void*>(s->base), s->size, stream);
-    counters.segment_releases.fetch_add(1, std::memory_order_relaxed);
-    released += s->size;
+    if (give_back(reinterpret_cast<void*>(s->base), s->size, stream)) released += s->size;
     delete s;
   }
   return released;
 }
 
 void CachingPool::Impl::destroy_segment(PoolShard& shard, Segment* segment) noexcept {
-  upstream.deallocate(reinterpret_cast<void*>(segment->base), segment->size, shard.stream);
+  give_back(reinterpret_cast<void*>(segment->base), segment->size, shard.stream);
   delete segment;
+}
+
+// A segment leaves the pool's books before it goes back, so a resource whose deallocate
+// fails cannot make the pool inconsistent: the range is left to the resource (leaked from
+// the pool's view, counted in failed_releases) and the caller's request, which already
+// succeeded, does not fail for it.
+bool CachingPool::Impl::give_back(void* base, std::size_t size, Stream stream) noexcept {
+  try {
+    upstream.deallocate(base, size, stream);
+    counters.segment_releases.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  } catch (...) {
+    counters.failed_releases.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
 }
 
 void CachingPool::Impl::reserve_initial() {

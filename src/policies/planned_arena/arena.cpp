@@ -181,9 +181,14 @@ bool SharedArena::reserve(Arena& arena) {
 void SharedArena::release(Arena& arena) {
   if (!arena.reserved()) return;
   wait_for_users();
-  upstream_.deallocate(arena.segment_, arena.segment_bytes_, arena.stream_);
+  // The arena leaves the books whatever the upstream answers: one it refuses is left to it.
+  try {
+    upstream_.deallocate(arena.segment_, arena.segment_bytes_, arena.stream_);
+    ++figures_.releases;
+  } catch (...) {
+    ++figures_.failed_releases;
+  }
   arena.segment_ = nullptr;
-  ++figures_.releases;
 }
 
 // ---- serving and freeing ----------------------------------------------------------------

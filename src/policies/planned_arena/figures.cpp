@@ -23,6 +23,7 @@ PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
   s.peak_segments += recording.peak_blocks;
   s.segment_allocations += recording.upstream_allocations;
   s.segment_releases += recording.upstream_releases;
+  s.failed_releases += recording.failed_releases;
 
   s.peak_live_bytes += arenas.peak_live_bytes;
   s.allocated_bytes += arenas.allocated_bytes;
@@ -38,6 +39,7 @@ PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
   s.peak_segments += arenas.peak_arenas;
   s.segment_allocations += arenas.reservations;
   s.segment_releases += arenas.releases;
+  s.failed_releases += arenas.failed_releases;
   s.free_bytes = s.reserved_bytes - s.allocated_bytes;
   return s;
 }

@@ -39,6 +39,7 @@ struct RecordingBlockFigures {
   std::uint64_t frees = 0;
   std::uint64_t upstream_allocations = 0;  // blocks taken from the upstream
   std::uint64_t upstream_releases = 0;
+  std::uint64_t failed_releases = 0;  // upstream deallocates that failed: left to it
 };
 
 struct ArenaFigures {
@@ -58,6 +59,7 @@ struct ArenaFigures {
   std::uint64_t frees = 0;
   std::uint64_t reservations = 0;  // arenas taken from the upstream
   std::uint64_t releases = 0;
+  std::uint64_t failed_releases = 0;    // upstream deallocates that failed: left to it
   std::uint64_t failures = 0;           // reservations refused (PlannedArenaCounters)
   std::uint64_t prefault_failures = 0;  // arenas whose pages could not be faulted in
 };

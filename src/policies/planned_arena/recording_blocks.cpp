@@ -14,7 +14,7 @@
 namespace sdalloc::planned_arena_detail {
 
 RecordingBlocks::~RecordingBlocks() {
-  for (const auto& [p, b] : live_) upstream_.deallocate(b.raw, b.raw_bytes, b.stream);
+  for (const auto& [p, b] : live_) release_raw(b.raw, b.raw_bytes, b.stream);
   release_cache();
 }
 
@@ -99,10 +99,17 @@ void RecordingBlocks::release_cache() {
   cache_.clear();
 }
 
-void RecordingBlocks::release_raw(void* raw, std::size_t raw_bytes, Stream stream) {
-  upstream_.deallocate(raw, raw_bytes, stream);
+// Cannot fail: a block the upstream refuses to take back is left to it (counted), so a
+// failed deallocate never leaves these books half-updated nor fails the request that
+// released it (a recording step gives cached blocks back before it asks for more).
+void RecordingBlocks::release_raw(void* raw, std::size_t raw_bytes, Stream stream) noexcept {
   figures_.held_bytes -= raw_bytes;
-  ++figures_.upstream_releases;
+  try {
+    upstream_.deallocate(raw, raw_bytes, stream);
+    ++figures_.upstream_releases;
+  } catch (...) {
+    ++figures_.failed_releases;
+  }
 }
 
 // ---- figures and layout -----------------------------------------------------------------

@@ -68,7 +68,7 @@ class RecordingBlocks {
   };
 
   void make_room(std::size_t need);
-  void release_raw(void* raw, std::size_t raw_bytes, Stream stream);
+  void release_raw(void* raw, std::size_t raw_bytes, Stream stream) noexcept;
   void note_peaks();
 
   MemoryResource& upstream_;

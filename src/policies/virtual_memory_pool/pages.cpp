@@ -202,16 +202,26 @@ void VirtualMemoryPool::Impl::recycle_block(PoolShard& shard, Block* block) {
   Block* merged = block->prev != nullptr && block->prev->indexed ? block->prev : block;
   shard.make_free(block);
   VmRange& range = range_of(merged);
+  // The block is free already, so nothing here may fail the free: a page whose unmap fails
+  // stays mapped under free space (the invariant allows it) and is counted; the chunks
+  // unmapped before it go to the spares as usual.
+  const std::size_t first = range.end_page(merged->addr);
+  const std::size_t end = range.first_page(merged->end());
   std::vector<std::uint32_t> freed;
   try {
-    for (std::size_t p = range.end_page(merged->addr); p < range.first_page(merged->end()); ++p) {
+    freed.reserve(end > first ? end - first : 0);
+    for (std::size_t p = first; p < end; ++p) {
       if (range.is_mapped(p)) freed.push_back(unmap_page(range, p, shard.stream));
     }
   } catch (...) {
-    give_back_reused(freed, range.page_size);
-    throw;
+    counters.failed_unmaps.fetch_add(1, std::memory_order_relaxed);
   }
-  give_back_reused(freed, range.page_size);
+  try {
+    give_back_reused(freed, range.page_size);
+  } catch (...) {
+    // Only destroy_spare_chunks' destroys can fail here: those chunks stay spare.
+    counters.failed_unmaps.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 // =======================================================================================

@@ -177,6 +177,7 @@ PoolStats VirtualMemoryPool::Impl::stats() const {
   s.peak_segments = std::max(chunk_count, peak_chunks());
   s.segment_allocations = counters.creates.load(std::memory_order_relaxed);
   s.segment_releases = counters.destroys.load(std::memory_order_relaxed);
+  s.failed_releases = counters.failed_unmaps.load(std::memory_order_relaxed);
   return s;
 }
 

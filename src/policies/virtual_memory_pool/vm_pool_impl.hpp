@@ -90,6 +90,7 @@ struct Counters {
   detail::Gauge ranges;
   std::atomic<std::uint64_t> maps{0};
   std::atomic<std::uint64_t> unmaps{0};
+  std::atomic<std::uint64_t> failed_unmaps{0};  // eager unmaps a free could not make
   std::atomic<std::uint64_t> creates{0};
   std::atomic<std::uint64_t> destroys{0};
   std::atomic<std::uint64_t> remapped_pages{0};
