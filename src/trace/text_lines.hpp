@@ -28,7 +28,8 @@ class ByteSource {
   virtual std::size_t read(char* data, std::size_t size, std::string& problem) = 0;
 };
 
-// A file, plain or gzip (zlib tells them apart), or standard input for "-"; sets `source` to
+// A file, plain or gzip (zlib tells them apart; a build without zlib refuses gzip with a
+// message saying so), or standard input for "-"; sets `source` to
 // the name errors use ("<stdin>" for "-"). Throws "<source>: cannot open: <reason>" (line 0).
 std::unique_ptr<ByteSource> open_byte_source(const std::string& path, std::string& source);
 
