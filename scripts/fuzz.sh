@@ -61,8 +61,11 @@ for name in "${names[@]}"; do
   echo "fuzz.sh: $name (${limit[*]})"
   start=$(date +%s.%N)
   rc=0
-  "$build/tests/fuzz/fuzz_$name" "${limit[@]}" -max_len=4096 -timeout=25 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$build/findings/$name-" \
+  # -entropic=0: clang 14's entropic scheduler spent 45-58 % of the c_api and pools
+  # fuzzers' time in UpdateFeatureFrequency (perf); without it they ran 1.8-2.2x the
+  # executions per second and reached as much coverage in the same 10 s.
+  "$build/tests/fuzz/fuzz_$name" "${limit[@]}" -entropic=0 -max_len=4096 -timeout=25 \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$build/findings/$name-" \
     "$corpus" "$root/tests/fuzz/corpus/$name" >"$log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

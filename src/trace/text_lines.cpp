@@ -10,6 +10,9 @@
 namespace sdalloc::detail {
 namespace {
 
+// Reads start small and double up to kChunk: a short input (a config line, a fuzzer's
+// case, a small trace) never pays for zeroing and faulting in a quarter-megabyte buffer,
+// while a long one is read in large chunks after a few reads.
 constexpr std::size_t kChunk = std::size_t{1} << 18;
 
 // ---------------------------------------------------------------------------------------
@@ -88,9 +91,11 @@ bool TextLines::read_more() {
     scanned_ -= pos_;
     pos_ = 0;
   }
-  if (buffer_.size() < filled_ + kChunk) buffer_.resize(filled_ + kChunk);
+  const std::size_t chunk = next_chunk_;
+  next_chunk_ = std::min(kChunk, next_chunk_ * 2);
+  if (buffer_.size() < filled_ + chunk) buffer_.resize(filled_ + chunk);
   std::string problem;
-  const std::size_t n = bytes_->read(buffer_.data() + filled_, kChunk, problem);
+  const std::size_t n = bytes_->read(buffer_.data() + filled_, chunk, problem);
   if (!problem.empty()) throw TraceFormatError(source_, line_reached(), problem);
   if (n == 0) {
     at_end_ = true;

@@ -68,7 +68,8 @@ class TextLines {
   std::string source_;
   std::unique_ptr<ByteSource> bytes_;
   TraceLimits limits_;
-  std::string buffer_;  // held input: [pos_, filled_) not yet returned
+  std::string buffer_;             // held input: [pos_, filled_) not yet returned
+  std::size_t next_chunk_ = 4096;  // bytes the next read asks for (doubling, see read_more)
   std::size_t filled_ = 0;
   std::size_t pos_ = 0;
   std::size_t scanned_ = 0;  // [pos_, scanned_) holds no '\n'
