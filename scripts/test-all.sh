@@ -13,6 +13,9 @@
 #   asan      configure, build, ctest with AddressSanitizer + UndefinedBehaviorSanitizer
 #             (leaks checked)
 #   tsan      the same with ThreadSanitizer
+#   ubsan-preload  the CPU drop-in and its stress test built with UBSan alone (preset
+#             "ubsan"), the stress test run with the drop-in preloaded in every mode (ASan
+#             and TSan replace malloc themselves, so only UBSan can watch the drop-in work)
 #   fuzz      scripts/fuzz.sh --seconds 15: builds the libFuzzer targets (preset "fuzz", clang)
 #             and runs each 15 s (SDALLOC_FUZZ_SECONDS); a finding fails the stage
 # tidy and install need only the release build and are quick, so they run before the long
@@ -157,6 +160,14 @@ for preset in $presets; do
     end
   fi
 done
+
+if [[ " $presets " == *" asan "* ]]; then
+  begin ubsan-preload
+  cmake --preset ubsan -B "$build_root/ubsan"
+  cmake --build "$build_root/ubsan" -j "$jobs" --target sdalloc_preload preload_stress
+  (cd "$build_root/ubsan" && ctest --output-on-failure -R '^preload_stress_' --no-tests=error)
+  end
+fi
 
 # The fuzzers last: they need clang and a build of their own, and find what the sanitizer
 # runs of the fixed tests above cannot. Each runs a short fixed time; scripts/fuzz.sh alone
