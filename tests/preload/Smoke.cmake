@@ -31,6 +31,18 @@ add_test(NAME preload_smoke_gcc COMMAND ${_expect} "sum 4194304" --
 # Two gloo ranks (torchrun's env:// rendezvous; see two_ranks.py), each with its own pool.
 add_test(NAME preload_smoke_two_ranks COMMAND ${_expect} "rank 0 of 2 .*ok" "rank 1 of 2 .*ok"
   "exit codes \\[0, 0\\]" "${_report}" -- /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/two_ranks.py)
+# The same ranks started by the real torchrun (the agent preloaded too, as a user's shell
+# would). --redirects 2 --tee 1: torch 1.13's Std.from_str finds no member for 0 under
+# Python 3.11 (IntFlag iteration skips zero), so its defaults crash the agent; these values
+# route each worker's stderr to a log file and its stdout, prefixed, to the terminal.
+find_program(SDALLOC_TORCHRUN torchrun)
+if(SDALLOC_TORCHRUN)
+  add_test(NAME preload_smoke_torchrun COMMAND ${_expect} "rank 0 of 2 .*ok" "rank 1 of 2 .*ok" --
+    ${SDALLOC_TORCHRUN} --standalone --nproc_per_node 2 --redirects 2 --tee 1
+    ${CMAKE_CURRENT_SOURCE_DIR}/two_ranks.py --rank)
+  set_tests_properties(preload_smoke_torchrun PROPERTIES ENVIRONMENT "${_smoke_env}"
+                                                         LABELS preload_smoke TIMEOUT 240)
+endif()
 # mode:planned with no marks: the loop's steps are found and planned; the result is glibc's.
 add_test(NAME preload_smoke_planned_loop COMMAND ${_expect}
   "recorded, [1-9][0-9]* planned" "a step of [0-9]+ requests" "same result" -- sh -c

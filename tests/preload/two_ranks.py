@@ -2,9 +2,10 @@
 
 `two_ranks.py` launches two ranks of itself the way torchrun does (env:// rendezvous: RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), with the environment it was given
-(LD_PRELOAD, SDALLOC_CONF). Debian's torchrun (torch 1.13 under Python 3.11) fails before it
-starts a worker (AttributeError in elastic's to_map), with or without the drop-in; where it
-works, `torchrun --nproc_per_node=2 two_ranks.py --rank` runs the same ranks. Each rank checks
+(LD_PRELOAD, SDALLOC_CONF); the test preload_smoke_torchrun runs the same ranks under the
+real `torchrun --standalone --nproc_per_node 2 --redirects 2 --tee 1 two_ranks.py --rank` (the
+two options work around torch 1.13's elastic agent crashing on its defaults under Python
+3.11). Each rank checks
 that its large tensors lie in its own pool (sdalloc_preload_owns), all-reduces, checks the
 sum and its pool's figures, and exits 0.
 """
