@@ -20,7 +20,9 @@ import sys
 # under the pools. cuda is a library of its own (libsdalloc_cuda.a) built on the whole host
 # library: its resources use core/, its DevicePool stacks a CachingPool; the host library
 # never includes it, nor does the C API (equal rank). config reads SDALLOC_CONF for the
-# front ends that take it (the shim, the CPU drop-in).
+# front ends that take it (the shim, the CPU drop-in). transfer (the TransferEngine, staging,
+# weight offload) sits beside the pools: it uses core/ and resources/ only, so the C API can
+# wrap it and the CUDA layer can give it a device backend.
 RANKS = {
     "core": 0,
     "trace": 1,
@@ -28,6 +30,7 @@ RANKS = {
     "pool": 3,
     "planner": 3,
     "policies": 4,
+    "transfer": 4,
     "c_api": 5,
     "cuda": 5,
     "config": 6,
