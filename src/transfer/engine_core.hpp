@@ -75,7 +75,7 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   // Marks the requests submitted (dropping those cancelled meanwhile) and answers them.
   static std::vector<Request> claim(std::vector<Request> requests);
   void submit(CopyCall call, std::size_t copy_stream, const std::vector<Request>& requests);
-  void flush_packed(CopyKind kind, std::vector<Request> group);
+  void flush_packed(CopyKind kind, const std::vector<Request>& group);
   void flush_large(const Request& request);
   std::size_t stream_of(CopyKind kind) const;
 

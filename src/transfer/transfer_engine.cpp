@@ -84,7 +84,7 @@ TransferHandle EngineCore::copy(CopyKind kind, void* dst, const void* src, std::
       kind != CopyKind::kDeviceToDevice) {
     throw InvalidArgument("TransferEngine::copy: unknown copy kind");
   }
-  if (bytes == 0) return TransferHandle();
+  if (bytes == 0) return {};
   if (dst == nullptr || src == nullptr) {
     throw InvalidArgument(std::string("TransferEngine::copy: a ") + to_string(kind) + " copy of " +
                           format_bytes(bytes) + " has a null " +
@@ -171,7 +171,7 @@ void EngineCore::flush() {
   for (std::size_t k = 0; k < 3; ++k) close_group(k);
 }
 
-void EngineCore::flush_packed(CopyKind kind, std::vector<Request> group) {
+void EngineCore::flush_packed(CopyKind kind, const std::vector<Request>& group) {
   try {
     CopyCall call;
     call.kind = kind;
@@ -204,7 +204,8 @@ void EngineCore::flush_packed(CopyKind kind, std::vector<Request> group) {
       }
     }
     StagingPool* staging = &staging_;
-    call.done = [staging, buffer, statuses, scatter = std::move(scatter)](std::exception_ptr e) {
+    call.done = [staging, buffer, statuses,
+                 scatter = std::move(scatter)](const std::exception_ptr& e) {
       if (!e) {
         for (const CopyRegion& s : scatter) std::memcpy(s.dst, s.src, s.bytes);
       }
@@ -237,7 +238,7 @@ void EngineCore::flush_large(const Request& r) {
         r.status->pending_calls = 1;
       }
       CopyCall call{r.kind, {CopyRegion{r.dst, r.src, r.bytes}}, nullptr};
-      call.done = [status = r.status](std::exception_ptr e) { status->call_ended(e); };
+      call.done = [status = r.status](const std::exception_ptr& e) { status->call_ended(e); };
       {
         const std::lock_guard lock(mutex_);
         ++stats_.direct_requests;
@@ -271,7 +272,7 @@ void EngineCore::flush_large(const Request& r) {
             CopyRegion{buffer, static_cast<const char*>(r.src) + offset, length});
         back = CopyRegion{static_cast<char*>(r.dst) + offset, buffer, length};
       }
-      call.done = [staging, buffer, back, status = r.status](std::exception_ptr e) {
+      call.done = [staging, buffer, back, status = r.status](const std::exception_ptr& e) {
         if (!e && back.dst != nullptr) std::memcpy(back.dst, back.src, back.bytes);
         staging->deallocate(buffer);
         status->call_ended(e);

@@ -15,8 +15,7 @@ WeightOffloader::WeightOffloader(TransferEngine& engine, MemoryResource& device,
 }
 
 WeightOffloader::~WeightOffloader() {
-  for (std::size_t id = 0; id < weights_.size(); ++id) {
-    Weight& w = weights_[id];
+  for (Weight& w : weights_) {
     if (w.device != nullptr) {
       try {
         w.load.wait();
