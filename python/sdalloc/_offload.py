@@ -168,9 +168,13 @@ class Offload:
             self._offload = handle
             self.budget = int(budget)
             self._units = []
+            added = {}  # a parameter shared by several modules (tied weights) is one weight
             for unit, params in _units(module):
                 entries = []
                 for owner, name, p in params:
+                    if id(p) in added:
+                        entries.append((p, p.data, added[id(p)]))
+                        continue
                     if p.device.type != "cpu" or not p.data.is_contiguous():
                         raise ValueError(f"sdalloc.torch.offload: parameter {name} of "
                                          f"{type(owner).__name__} is not a contiguous host "
@@ -180,6 +184,7 @@ class Offload:
                     self._lib.check(c.sdalloc_offload_add_weight(
                         handle, host.data_ptr(), host.numel() * host.element_size(),
                         ctypes.byref(weight)))
+                    added[id(p)] = weight.value
                     entries.append((p, host, weight.value))
                 self._units.append((unit, entries))
             self._install(module)

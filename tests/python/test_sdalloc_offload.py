@@ -53,3 +53,17 @@ def test_budget_below_the_largest_weight_is_refused(torch):
     assert error.value.status == "INVALID_ARGUMENT"
     with torch.no_grad():  # nothing was left installed
         model(torch.randn(1, 64))
+
+
+def test_tied_weights_are_one_weight(torch):
+    first, second = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+    second.weight = first.weight  # tied: one tensor, two modules
+    model = torch.nn.Sequential(first, second).eval()
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        expected = model(x)
+        off = sdalloc.torch.offload(model, budget=4 * 16 * 16 * 4)
+        for _ in range(2):
+            assert torch.equal(model(x), expected)
+    assert off.stats()["planned_steps"] == 1
+    off.remove()
