@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -88,7 +89,17 @@ class EngineCore : public std::enable_shared_from_this<EngineCore> {
   std::size_t queued_bytes_ = 0;
   std::map<std::uintptr_t, std::size_t> pinned_;  // registered chunks: start -> bytes
   std::map<std::uintptr_t, std::vector<std::uintptr_t>> registrations_;  // base -> chunks
-  std::vector<std::thread> registrars_;
+  struct RegisterJob {
+    std::uintptr_t base = 0;
+    std::size_t bytes = 0;
+    std::shared_ptr<RequestStatus> status;
+  };
+  void run_registrar();
+  std::deque<RegisterJob> register_jobs_;
+  std::map<std::uintptr_t, std::shared_ptr<RequestStatus>> registering_;
+  std::condition_variable register_wake_;
+  std::thread registrar_;
+  bool stopping_ = false;
   TransferStats stats_;
 };
 

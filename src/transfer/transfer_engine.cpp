@@ -64,7 +64,12 @@ EngineCore::EngineCore(CopyBackend& backend, TransferEngineOptions options)
                                   std::chrono::milliseconds(60000)}) {}
 
 EngineCore::~EngineCore() {
-  for (auto& thread : registrars_) thread.join();
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  register_wake_.notify_all();
+  if (registrar_.joinable()) registrar_.join();
   for (const auto& [base, chunks] : registrations_) {
     for (const std::uintptr_t chunk : chunks) {
       try {
@@ -362,41 +367,59 @@ TransferHandle EngineCore::register_host_async(void* ptr, std::size_t bytes) {
           "TransferEngine::register_host_async: this memory is already registered");
     }
     registrations_[base] = {};
-    registrars_.emplace_back([this, base, bytes, status] {
-      const std::size_t step = options_.register_chunk_bytes;
-      try {
-        for (std::size_t offset = 0; offset < bytes; offset += step) {
-          const std::size_t length = std::min(step, bytes - offset);
-          backend_.register_host(reinterpret_cast<void*>(base + offset), length);
-          const std::lock_guard books(mutex_);
-          pinned_[base + offset] = length;
-          registrations_[base].push_back(base + offset);
-        }
-        status->end(TransferState::kDone, {});
-      } catch (const std::exception& e) {
-        status->end(TransferState::kFailed,
-                    std::string("TransferEngine::register_host_async: ") + e.what());
-      }
-    });
+    registering_[base] = status;
+    register_jobs_.push_back(RegisterJob{base, bytes, status});
+    // One background thread for every registration: pinning runs at ~1-2 GB/s, and many
+    // weights must not mean many threads.
+    if (!registrar_.joinable()) registrar_ = std::thread([this] { run_registrar(); });
   }
+  register_wake_.notify_all();
   return TransferHandle(std::move(status));
+}
+
+void EngineCore::run_registrar() {
+  const std::size_t step = options_.register_chunk_bytes;
+  for (;;) {
+    RegisterJob job;
+    {
+      std::unique_lock lock(mutex_);
+      register_wake_.wait(lock, [&] { return stopping_ || !register_jobs_.empty(); });
+      if (register_jobs_.empty()) return;  // stopping, every registration done
+      job = std::move(register_jobs_.front());
+      register_jobs_.pop_front();
+    }
+    try {
+      for (std::size_t offset = 0; offset < job.bytes; offset += step) {
+        const std::size_t length = std::min(step, job.bytes - offset);
+        backend_.register_host(reinterpret_cast<void*>(job.base + offset), length);
+        const std::lock_guard books(mutex_);
+        pinned_[job.base + offset] = length;
+        registrations_[job.base].push_back(job.base + offset);
+      }
+      job.status->end(TransferState::kDone, {});
+    } catch (const std::exception& e) {
+      job.status->end(TransferState::kFailed,
+                      std::string("TransferEngine::register_host_async: ") + e.what());
+    }
+    const std::lock_guard lock(mutex_);
+    registering_.erase(job.base);
+  }
 }
 
 void EngineCore::unregister_host(void* ptr) {
   const auto base = reinterpret_cast<std::uintptr_t>(ptr);
+  std::shared_ptr<RequestStatus> pending;
   {
     const std::lock_guard lock(mutex_);
     if (registrations_.count(base) == 0) {
       throw InvalidPointer("TransferEngine::unregister_host: not the base of a registration", ptr);
     }
+    if (const auto it = registering_.find(base); it != registering_.end()) pending = it->second;
   }
-  // An asynchronous registration of this range must finish first: join every registrar.
-  std::vector<std::thread> threads;
-  {
-    const std::lock_guard lock(mutex_);
-    threads.swap(registrars_);
+  if (pending) {  // an asynchronous registration of this range must end first
+    std::unique_lock lock(pending->mutex);
+    pending->changed.wait(lock, [&] { return pending->ended(); });
   }
-  for (auto& thread : threads) thread.join();
   std::vector<std::uintptr_t> chunks;
   {
     const std::lock_guard lock(mutex_);

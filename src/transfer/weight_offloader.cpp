@@ -48,7 +48,9 @@ std::size_t WeightOffloader::add_weight(const void* host, std::size_t bytes) {
                           " is below this weight's " + format_bytes(bytes) +
                           ": the budget must hold the largest single weight");
   }
-  if (options_.pin) engine_.register_host(const_cast<void*>(host), bytes);
+  // Pinning runs at ~1-2 GB/s: in the background; until it is done, loads go through
+  // staging.
+  if (options_.pin) (void)engine_.register_host_async(const_cast<void*>(host), bytes);
   weights_.push_back(Weight{host, bytes, nullptr, {}, 0});
   stats_.largest_weight = std::max(stats_.largest_weight, bytes);
   has_plan_ = false;  // a new weight: the recorded order no longer covers the model

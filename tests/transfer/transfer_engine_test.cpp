@@ -214,6 +214,35 @@ TEST(TransferEngine, RegistrationInTheBackgroundMakesTheRangePinnedInChunks) {
   EXPECT_THROW((void)engine.register_host_async(nullptr, 1), InvalidArgument);
 }
 
+TEST(TransferEngine, ManyBackgroundRegistrationsEndAndUnregisterWaitsForThem) {
+  HostCopyBackend backend;
+  TransferEngine engine(backend, small_options());
+  std::vector<std::vector<unsigned char>> ranges(40, std::vector<unsigned char>(3 * kMiB / 2));
+  std::vector<TransferHandle> handles;
+  for (auto& r : ranges) handles.push_back(engine.register_host_async(r.data(), r.size()));
+  engine.unregister_host(ranges[39].data());  // waits for its registration first
+  EXPECT_TRUE(handles[39].ready());
+  for (const auto& h : handles) h.wait();
+  EXPECT_EQ(backend.registered_bytes(), 39 * ranges[0].size());
+  EXPECT_TRUE(engine.is_pinned(ranges[0].data(), ranges[0].size()));
+  EXPECT_FALSE(engine.is_pinned(ranges[39].data(), 1));
+}
+
+TEST(TransferEngine, SmallDeviceToDeviceCopiesGoAsOneCall) {
+  HostCopyBackend backend;
+  TransferEngine engine(backend, small_options());
+  auto src = pattern(100 * kKiB, 9);
+  std::vector<unsigned char> dst(src.size());
+  for (std::size_t i = 0; i < 100; ++i) {
+    (void)engine.copy(CopyKind::kDeviceToDevice, dst.data() + i * kKiB, src.data() + i * kKiB,
+                      kKiB);
+  }
+  engine.synchronize();
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(backend.calls(), 1u);
+  EXPECT_EQ(engine.staging().stats().upstream_allocations, 0u);  // no staging needed
+}
+
 TEST(TransferEngine, StreamWaitReturnsOnceTheCopyLandedAndMappedMemoryIsShared) {
   HostCopyBackendOptions slow;
   slow.bytes_per_second = 100.0 * kMiB;  // 2 MiB: about 20 ms

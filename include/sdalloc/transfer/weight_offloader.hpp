@@ -1,9 +1,10 @@
 // sdalloc/transfer/weight_offloader.hpp - a model's weights in host memory, a working set
 // on the device under a budget, loads planned from the recorded order of use.
 //
-// The weights stay where the user has them (host memory, pinned in place through the
-// engine when `pin` is set); the device holds at most `budget` bytes of them at any moment,
-// taken from the device resource given (on the host backend: a second host pool). A step
+// The weights stay where the user has them (host memory, pinned in place in the background
+// by the engine when `pin` is set: loads go through staging until then); the device holds
+// at most `budget` bytes of them at any moment, taken from the device resource given (on
+// the host backend: a second host pool). A step
 // is begin_step(), then acquire() once per layer with the weights that layer reads, then
 // end_step().
 //  - The first step records the order of the uses and loads on demand (evicting the least
@@ -39,7 +40,7 @@ namespace sdalloc {
 struct OffloadOptions {
   std::size_t budget = 0;    // device bytes for weights; must hold the largest use
   std::size_t prefetch = 2;  // uses ahead a load may be issued (0: load at the use)
-  bool pin = true;           // register each weight's host memory with the engine
+  bool pin = true;           // register each weight in place, in the background
 };
 
 struct OffloadStats {
