@@ -71,11 +71,14 @@ void WeightOffloader::load(std::size_t id) {
                 " would hold " + format_bytes(stats_.resident_bytes + w.bytes) +
                 ", over the budget " + format_bytes(options_.budget));
   }
-  void* device = device_.allocate(w.bytes);
+  // Stream-ordered: the memory is taken on the copy stream, so a stream-ordered device pool
+  // hands out memory an eviction freed on the compute stream only once that work is done.
+  const Stream on = options_.stream_ordered ? engine_.backend().stream_token(0) : kDefaultStream;
+  void* device = device_.allocate(w.bytes, on);
   try {
     w.load = engine_.copy(CopyKind::kHostToDevice, device, w.host, w.bytes);
   } catch (...) {
-    device_.deallocate(device, w.bytes);
+    device_.deallocate(device, w.bytes, on);
     throw;
   }
   w.device = device;
@@ -92,7 +95,9 @@ void WeightOffloader::evict(std::size_t id) {
     w.load.wait();                   // the copy must not land in memory handed out again
   } catch (const std::exception&) {  // a failed load: the memory is freed all the same
   }
-  device_.deallocate(w.device, w.bytes);
+  // Stream-ordered: freed on the compute stream, behind the work that read the weight.
+  device_.deallocate(w.device, w.bytes,
+                     options_.stream_ordered ? options_.compute_stream : kDefaultStream);
   w.device = nullptr;
   w.load = TransferHandle();
   stats_.resident_bytes -= w.bytes;
@@ -190,7 +195,11 @@ std::vector<void*> WeightOffloader::serve(std::size_t position, std::span<const 
     if (w.device == nullptr) acquire_on_demand(std::span<const std::size_t>(&id, 1));
     if (!w.load.ready()) ++stats_.waits;
     try {
-      w.load.wait();
+      if (options_.stream_ordered) {
+        engine_.stream_wait(w.load, options_.compute_stream);  // the device waits, not us
+      } else {
+        w.load.wait();
+      }
     } catch (...) {
       evict(id);  // not resident after a failed load: the next acquire loads it again
       throw;

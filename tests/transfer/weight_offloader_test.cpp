@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/transfer/host_copy_backend.hpp"
 #include "support/test_support.hpp"
@@ -243,6 +244,35 @@ TEST(WeightOffloader, FailedLoadIsReportedAndTheNextStepLoadsAgain) {
   EXPECT_TRUE(failed);
   EXPECT_EQ(run_step(), good);  // usable after
   EXPECT_EQ(run_step(), good);
+}
+
+TEST(WeightOffloader, StreamOrderedUseServesTheSameWeights) {
+  HostCopyBackend backend;
+  TransferEngine engine(backend);
+  HostResource host;
+  CachingPool device(host);  // a stream-ordered pool: evictions free on the compute stream
+  const Model model(6, 1024);
+  OffloadOptions options{2 * 4096, 2, true};
+  options.stream_ordered = true;
+  options.compute_stream = Stream(42);
+  WeightOffloader offloader(engine, device, options);
+  for (const auto& w : model.weights) offloader.add_weight(w.data(), 4096);
+  std::vector<float> expected(1024, 1.0f);
+  for (int step = 0; step < 3; ++step) {
+    for (const auto& w : model.weights) layer(expected, w.data());
+  }
+  std::vector<float> x(1024, 1.0f);
+  for (int step = 0; step < 3; ++step) {
+    offloader.begin_step();
+    for (std::size_t l = 0; l < model.weights.size(); ++l) {
+      layer(x,
+            static_cast<const float*>(offloader.acquire(std::span<const std::size_t>(&l, 1))[0]));
+    }
+    offloader.end_step();
+  }
+  EXPECT_EQ(x, expected);
+  EXPECT_LE(offloader.stats().peak_resident_bytes, 2 * 4096u);
+  EXPECT_EQ(offloader.stats().planned_steps, 2u);
 }
 
 TEST(WeightOffloader, DivergentStepIsServedOnDemandAndPlannedAgain) {

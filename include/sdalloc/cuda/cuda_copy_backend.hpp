@@ -58,6 +58,9 @@ class CudaCopyBackend final : public CopyBackend {
   void unmap_host(const MappedBuffer& buffer) override;
 
   std::uint64_t calls() const override;
+  Stream stream_token(std::size_t copy_stream) const override {
+    return Stream(reinterpret_cast<std::uintptr_t>(native_stream(copy_stream)));
+  }
   // The cudaStream_t of a copy stream, as void* (callers need no CUDA header).
   void* native_stream(std::size_t copy_stream) const;
 

@@ -87,6 +87,8 @@ class CopyBackend {
 
   // Copy calls submitted so far (device API submissions).
   virtual std::uint64_t calls() const = 0;
+  // The Stream token of a copy stream, for stream-ordered pools (its cudaStream_t on CUDA).
+  virtual Stream stream_token(std::size_t copy_stream) const = 0;
 };
 
 }  // namespace sdalloc

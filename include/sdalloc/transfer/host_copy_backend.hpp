@@ -55,6 +55,10 @@ class HostCopyBackend final : public CopyBackend {
   void unmap_host(const MappedBuffer& buffer) override;
 
   std::uint64_t calls() const override;
+  // Tokens 1 + i (0 is the default stream, the host compute's).
+  Stream stream_token(std::size_t copy_stream) const override {
+    return Stream(1 + copy_stream % workers_.size());
+  }
   std::uint64_t bytes_copied() const;
   std::uint64_t registered_bytes() const;
 

@@ -15,7 +15,8 @@
 //    weights, so the copies overlap the compute between acquires.
 //  - A step whose uses differ from the plan's goes on on demand from the first difference,
 //    and its order is planned at its end (divergent_steps counts them).
-// Pointers from acquire() stay valid until the next acquire() or end_step().
+// Pointers from acquire() stay valid until the next acquire() or end_step() (on the host;
+// with stream_ordered, for the compute queued on compute_stream before that call).
 //
 // The budget is checked at every load (OffloadStats::peak_resident_bytes <= budget, loads in
 // flight included). Errors: InvalidArgument when a weight is larger than the budget (at
@@ -41,6 +42,13 @@ struct OffloadOptions {
   std::size_t budget = 0;    // device bytes for weights; must hold the largest use
   std::size_t prefetch = 2;  // uses ahead a load may be issued (0: load at the use)
   bool pin = true;           // register each weight in place, in the background
+  // Stream-ordered use on a device: acquire() makes compute_stream wait for the loads (an
+  // event) instead of blocking the host, loads take device memory on the engine's copy
+  // stream and evictions free it on compute_stream, so the device resource must be a
+  // stream-ordered pool (a CachingPool with CudaStreamEvents) for memory to be reused only
+  // after the compute that read it.
+  bool stream_ordered = false;
+  Stream compute_stream{};
 };
 
 struct OffloadStats {
