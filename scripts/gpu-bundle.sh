@@ -6,6 +6,7 @@
 #   OUT/lib/libsdalloc_torch.so   the PyTorch shim (core and CUDA layer inside; cudart static)
 #   OUT/lib/libsdalloc.so         the host library (the Python package's version, snapshots)
 #   OUT/bin/sdalloc_cuda_tests    the CUDA layer's tests (GoogleTest linked in)
+#   OUT/bin/sdalloc_transfer_gpu_bench  the transfer engine's bandwidth and offload tables
 #   OUT/MANIFEST.txt              the commit, the build, each file's NEEDED libraries
 #
 # Invariant, checked (exit 1 otherwise): the shim and the test binary need nothing but libc,
@@ -46,13 +47,14 @@ if [[ $build == 1 ]]; then
     -DSDALLOC_WITH_CUDA=ON -DSDALLOC_BUILD_TESTS=ON -DSDALLOC_BUILD_BENCH=OFF \
     -DSDALLOC_BUILD_TOOLS=OFF || die "cmake configure failed"
   cmake --build "$build_dir" -j "${SDALLOC_JOBS:-$(nproc)}" \
-    --target sdalloc sdalloc_torch sdalloc_cuda_tests || die "build failed"
+    --target sdalloc sdalloc_torch sdalloc_cuda_tests sdalloc_transfer_gpu_bench || die "build failed"
 fi
 
 shim="$build_dir/src/torch_shim/libsdalloc_torch.so"
 host="$build_dir/src/libsdalloc.so"
 tests="$build_dir/tests/cuda/sdalloc_cuda_tests"
-for f in "$shim" "$host" "$tests"; do [[ -f $f ]] || die "missing $f (build it first)"; done
+transfer="$build_dir/tests/cuda/sdalloc_transfer_gpu_bench"
+for f in "$shim" "$host" "$tests" "$transfer"; do [[ -f $f ]] || die "missing $f (build it first)"; done
 grep -q 'SDALLOC_TORCH_WITH_CUDA=1' "$build_dir/compile_commands.json" 2>/dev/null ||
   die "$shim was built without CUDA (CMake did not find the toolkit)"
 
@@ -67,17 +69,18 @@ check_needed() {  # FILE EXTRA-ALLOWED
 }
 check_needed "$shim" ""
 check_needed "$tests" ""
+check_needed "$transfer" ""
 check_needed "$host" "libz.so.1"
 
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/bin"
 cp "$shim" "$host" "$out/lib/"
-cp "$tests" "$out/bin/"
-strip --strip-unneeded "$out/lib/"*.so "$out/bin/sdalloc_cuda_tests" 2>/dev/null || true
+cp "$tests" "$transfer" "$out/bin/"
+strip --strip-unneeded "$out/lib/"*.so "$out/bin/"* 2>/dev/null || true
 {
   echo "commit $(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
   echo "built from $build_dir"
-  for f in "$out/lib/"*.so "$out/bin/sdalloc_cuda_tests"; do
+  for f in "$out/lib/"*.so "$out/bin/"*; do
     echo "$(basename "$f") $(stat -c %s "$f") bytes; needs: $(needed "$f")"
   done
 } > "$out/MANIFEST.txt"

@@ -12,6 +12,9 @@
 #   contract    scripts/gpu_contract.py install: OOM raises, record_stream, empty_cache,
 #               memory_stats, graph capture works or is refused clearly
 #   mempool     scripts/gpu_contract.py mempool: a torch.cuda.MemPool served by sdalloc
+#   transfer    sdalloc_transfer_gpu_bench: host->device bandwidth (pageable, pinned, the
+#               engine) and weight offload step times at 50 % / 25 % budgets; its tables are
+#               printed (not run with --cpu-smoke: it needs a GPU)
 #   run:CONFIG  scripts/gpu_workload.py run, one fresh process per configuration (SD 1.5
 #               UNet, fp16, batch 2, 64x64 and 96x96 latents); each row is printed as its
 #               run finishes
@@ -25,7 +28,7 @@
 #                             [--cpu-smoke]
 #   --out DIR       where gpu-check.json and gpu-check.log go (default: a new temporary dir)
 #   --bundle DIR    scripts/gpu-bundle.sh's output: DIR/lib (the libraries), DIR/bin
-#                   (sdalloc_cuda_tests) (default: build/gpu-bundle)
+#                   (sdalloc_cuda_tests, sdalloc_transfer_gpu_bench) (default: build/gpu-bundle)
 #   --build-dir DIR a build tree instead (DIR/src, DIR/tests/cuda/sdalloc_cuda_tests)
 #   --configs LIST  comma-separated subset of: native,expandable,async,sdalloc-pool,
 #                   sdalloc-async,sdalloc-vmm,sdalloc-planned (default: all)
@@ -56,7 +59,8 @@ budget_preflight=10
 budget_cuda_tests=45
 budget_contract=40
 budget_mempool=20
-budget_run=50  # per configuration: at most 60 s a run
+budget_transfer=14
+budget_run=48  # per configuration: at most 60 s a run
 budget_table=10
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
@@ -91,12 +95,14 @@ for c in "${config_list[@]}"; do
 done
 
 # --- where the libraries and the test binary are ------------------------------------------
-libs="" cuda_tests=""
+libs="" cuda_tests="" transfer_bench=""
 if [[ -n $build_dir ]]; then
   libs="$build_dir/src" cuda_tests="$build_dir/tests/cuda/sdalloc_cuda_tests"
+  transfer_bench="$build_dir/tests/cuda/sdalloc_transfer_gpu_bench"
 elif [[ $cpu_smoke == 0 ]]; then
   bundle=${bundle:-$root/build/gpu-bundle}
   libs="$bundle/lib" cuda_tests="$bundle/bin/sdalloc_cuda_tests"
+  transfer_bench="$bundle/bin/sdalloc_transfer_gpu_bench"
 fi
 [[ -n $libs ]] && export SDALLOC_LIBRARY_DIR="$libs"
 export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
@@ -105,13 +111,14 @@ export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
 stages=(preflight)
 [[ $cpu_smoke == 0 ]] && stages+=(cuda-tests)
 stages+=(contract)
-[[ $cpu_smoke == 0 ]] && stages+=(mempool)
+[[ $cpu_smoke == 0 ]] && stages+=(mempool transfer)
 for c in "${config_list[@]}"; do stages+=("run:$c"); done
 stages+=(table)
 budget_of() {
   case $1 in
     preflight) echo $budget_preflight ;; cuda-tests) echo $budget_cuda_tests ;;
     contract) echo $budget_contract ;; mempool) echo $budget_mempool ;;
+    transfer) echo $budget_transfer ;;
     table) echo $budget_table ;; run:*) echo $budget_run ;;
   esac
 }
@@ -221,8 +228,17 @@ print("no test skipped but those needing two GPUs")
 EOF
 }
 
-export -f preflight cuda_tests_stage
-export python cpu_smoke cuda_tests libs work
+# The transfer engine's tables; a missed bar fails the stage only with --strict.
+transfer_stage() {
+  [[ -x $transfer_bench ]] || { echo "no transfer bench at $transfer_bench (make the bundle" \
+    "on the CI machine: scripts/gpu-bundle.sh)"; return 1; }
+  local args=()
+  [[ $strict == 1 ]] && args+=(--strict)
+  "$transfer_bench" "${args[@]}" | tee "$work/transfer.txt"
+}
+
+export -f preflight cuda_tests_stage transfer_stage
+export python cpu_smoke cuda_tests transfer_bench strict libs work
 smoke=()
 [[ $cpu_smoke == 1 ]] && smoke=(--cpu-smoke --iterations 1 --warmup 1)
 [[ $cpu_smoke == 1 ]] || smoke=(--iterations "$iterations")
@@ -240,6 +256,8 @@ if [[ $cpu_smoke == 0 ]]; then
   stage mempool "$python" "$root/scripts/gpu_contract.py" mempool --out "$work/mempool.json"
   grep '^gpu_contract: mempool' "$log" || true
   contracts+=("$work/mempool.json")
+  stage transfer transfer_stage
+  [[ -s $work/transfer.txt ]] && cat "$work/transfer.txt"
 fi
 
 "$python" "$root/scripts/gpu_workload.py" row --header

@@ -447,3 +447,14 @@ def host_tensor(shape, dtype=None, pool=None):
 __all__ = ["install", "installed", "hooks", "mempool", "configure", "config_text", "conf_string",
            "has_cuda", "pools", "pool", "memory_stats", "empty_cache", "set_memory_fraction",
            "host_tensor", "step", "begin_step", "end_step", "step_stats", "SdallocError"]
+
+
+def offload(module, budget, prefetch=2, copy_bytes_per_second=0.0):
+    """Streams `module`'s weights through sdalloc's transfer engine under a device `budget`
+    (bytes): forward pre-hooks on its submodules acquire their parameters, loads planned
+    from the first forward's order and issued `prefetch` layers ahead (sdalloc/_offload.py).
+    A budget below the largest weight raises SdallocError saying so. Answers the Offload
+    object: stats(), remove()."""
+    from ._offload import Offload  # pylint: disable=import-outside-toplevel
+    return Offload(module, budget, prefetch=prefetch,
+                   copy_bytes_per_second=copy_bytes_per_second)

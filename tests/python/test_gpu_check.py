@@ -51,7 +51,7 @@ def test_dry_run_shows_every_stage_with_a_budget_within_the_deadline(tmp_path):
         if line.startswith("stage "):
             name, seconds = line.split()[1], int(line.split()[3])
             budgets[name] = seconds
-    expected = ["preflight", "cuda-tests", "contract", "mempool"] + [
+    expected = ["preflight", "cuda-tests", "contract", "mempool", "transfer"] + [
         f"run:{c}" for c in ("native", "expandable", "async", "sdalloc-pool", "sdalloc-async",
                              "sdalloc-vmm", "sdalloc-planned")] + ["table"]
     assert list(budgets) == expected, list(budgets)
@@ -62,6 +62,7 @@ def test_dry_run_shows_every_stage_with_a_budget_within_the_deadline(tmp_path):
     assert not out.exists()
     smoke = run([str(CHECK), "--dry-run", "--cpu-smoke"])
     assert "cuda-tests" not in smoke.stdout and "stage contract" in smoke.stdout
+    assert "stage transfer" not in smoke.stdout  # needs a GPU: skipped under --cpu-smoke
     tight = run([str(CHECK), "--dry-run", "--deadline", "100"])
     assert tight.returncode == 1 and "exceed the deadline (100 s)" in tight.stderr
 
