@@ -34,7 +34,8 @@ raises SdallocError (INVALID_ARGUMENT) saying so.
 """
 
 import ctypes
-import operator
+import math
+import numbers
 import threading
 from ctypes import POINTER, Structure, c_bool, c_double, c_int, c_size_t, c_uint64, c_void_p
 
@@ -191,11 +192,16 @@ def _units(module):
 
 def _check_arguments(budget, prefetch, copy_bytes_per_second, cuda):
     """Python-side checks: a C size_t would silently wrap a negative number."""
-    for name, value in (("budget", budget), ("prefetch", prefetch)):
-        if isinstance(value, bool) or not hasattr(value, "__index__"):
-            raise TypeError(f"sdalloc.torch.offload: {name} must be an int, not "
-                            f"{type(value).__name__}")
-    budget, prefetch = operator.index(budget), operator.index(prefetch)
+    # A float budget is taken as int(budget), as it always was; prefetch counts layers.
+    if isinstance(budget, bool) or not isinstance(budget, (numbers.Integral, numbers.Real)):
+        raise TypeError(f"sdalloc.torch.offload: budget must be a number of bytes, not "
+                        f"{type(budget).__name__}")
+    if isinstance(prefetch, bool) or not isinstance(prefetch, numbers.Integral):
+        raise TypeError(f"sdalloc.torch.offload: prefetch must be an int, not "
+                        f"{type(prefetch).__name__}")
+    if not math.isfinite(budget):
+        raise ValueError(f"sdalloc.torch.offload: budget must be finite, not {budget}")
+    budget, prefetch = int(budget), int(prefetch)
     if budget <= 0:
         raise ValueError(f"sdalloc.torch.offload: budget must be a positive number of bytes, "
                          f"not {budget}")

@@ -456,9 +456,10 @@ def offload(module, budget, prefetch=2, copy_bytes_per_second=0.0, device=None):
     device None or "cpu": the host backend (copy_bytes_per_second: its simulated speed);
     "cuda[:N]": the CUDA backend of libsdalloc_torch.so (loads on its copy stream, the
     current stream waiting on their events), refused with SdallocError where CUDA is not
-    usable. A budget below the largest weight raises SdallocError saying so; a budget or
-    prefetch that is not a positive (budget) or non-negative (prefetch) int, TypeError or
-    ValueError. Answers the Offload object: stats(), remove()."""
+    usable. A budget below the largest weight raises SdallocError saying so; a budget that
+    is not a positive finite number of bytes (floats are truncated) or a prefetch that is
+    not an int >= 0, TypeError or ValueError. Answers the Offload object: stats(),
+    remove()."""
     from ._offload import Offload  # pylint: disable=import-outside-toplevel
     return Offload(module, budget, prefetch=prefetch,
                    copy_bytes_per_second=copy_bytes_per_second, device=device)

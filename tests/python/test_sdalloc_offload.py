@@ -74,8 +74,11 @@ def test_bad_arguments_are_refused_before_anything_is_made(torch):
     for kwargs, error, message in (
             ({"budget": 0}, ValueError, "budget must be a positive number of bytes"),
             ({"budget": -1}, ValueError, "budget must be a positive number of bytes"),
-            ({"budget": 1.5e6}, TypeError, "budget must be an int, not float"),
-            ({"budget": True}, TypeError, "budget must be an int, not bool"),
+            ({"budget": "1MiB"}, TypeError, "budget must be a number of bytes, not str"),
+            ({"budget": True}, TypeError, "budget must be a number of bytes, not bool"),
+            ({"budget": float("inf")}, ValueError, "budget must be finite"),
+            ({"budget": 0.5}, ValueError, "budget must be a positive number of bytes"),
+            ({"budget": 1 << 20, "prefetch": 1.5}, TypeError, "prefetch must be an int"),
             ({"budget": 1 << 20, "prefetch": -1}, ValueError, "prefetch must be >= 0"),
             ({"budget": 1 << 20, "device": "meta"}, ValueError, "neither 'cpu' nor 'cuda[:N]'"),
             ({"budget": 1 << 20, "device": 1.0}, TypeError, "device must be a str, int"),
@@ -114,9 +117,11 @@ def test_device_cpu_is_the_host_backend(torch):
     x = torch.randn(2, 64)
     with torch.no_grad():
         expected = model(x)
-        off = sdalloc.torch.offload(model, budget=2 * 64 * 64 * 4, device="cpu")
+        # A float budget is taken as int(budget), as before the device argument.
+        off = sdalloc.torch.offload(model, budget=2.0 * 64 * 64 * 4, device="cpu")
         for _ in range(3):
             assert torch.equal(model(x), expected)
     stats = off.stats()
     assert stats["planned_steps"] == 2 and "device_reserved_bytes" not in stats
+    assert stats["budget"] == 2 * 64 * 64 * 4
     off.remove()
