@@ -72,8 +72,8 @@ def offload(args):
         free, total = torch.cuda.mem_get_info()
         return total - free
 
-    def measure(name, budget, settle_s):
-        """Warm-up, then timed steps; one setting's figures."""
+    def measure(name, budget, settle_s, stats=None):
+        """Warm-up, then timed steps; one setting's figures (`stats`: the offloader's)."""
         started = time.perf_counter()
         warmups = 0
         with torch.inference_mode():
@@ -82,13 +82,16 @@ def offload(args):
                 sync()
                 warmups += 1
             times, used, out = [], 0, None
+            before = stats() if stats else None
             for _ in range(args.iterations):
                 start = time.perf_counter()
                 out = model(x, timesteps, context)
                 sync()
                 times.append(time.perf_counter() - start)
                 used = max(used, device_used() or 0)
-        return {"setting": name, "budget_bytes": budget, "warmup_steps": warmups,
+        figures = {} if stats is None else {"stats": stats(), "loads_per_step": (
+            stats()["loads"] - before["loads"]) / len(times)}
+        return {**figures, "setting": name, "budget_bytes": budget, "warmup_steps": warmups,
                 "iterations": len(times), "median_s": statistics.median(times),
                 "min_s": min(times), "max_s": max(times),
                 "device_used_bytes": used if cuda else None, "output_fingerprint":
@@ -106,13 +109,10 @@ def offload(args):
         off = shim.offload(model, budget=budget, prefetch=2, device=target)
         try:
             row = measure(f"offload {fraction * 100:g} %", budget,
-                          0.0 if args.cpu_smoke else OFFLOAD_SETTLE_S)
+                          0.0 if args.cpu_smoke else OFFLOAD_SETTLE_S, off.stats)
             row["budget_fraction"] = fraction
-            row["stats"] = off.stats()
         finally:
             off.remove()
-        steps = row["warmup_steps"] + row["iterations"]
-        row["loads_per_step"] = row["stats"]["loads"] / steps
         if row["stats"]["peak_resident_bytes"] > budget:
             row["problems"].append(f"peak resident {row['stats']['peak_resident_bytes']} B "
                                    f"over the budget {budget} B")
