@@ -15,6 +15,11 @@
 #   transfer    sdalloc_transfer_gpu_bench: host->device bandwidth (pageable, pinned, the
 #               engine) and weight offload step times at 50 % / 25 % budgets; its tables are
 #               printed (not run with --cpu-smoke: it needs a GPU)
+#   offload     scripts/gpu_workload.py offload: the SD UNet's step time (fp16, batch 2,
+#               64x64) with all weights on the GPU, and with them in host memory offloaded
+#               through sdalloc.torch.offload(device="cuda") at 50 % and 25 % budgets; a row
+#               each and the bar "50 % budget <= 1.15 x all-on-GPU" as PASS/FAIL (with
+#               --cpu-smoke: the small UNet against the host backend, not judged)
 #   run:CONFIG  scripts/gpu_workload.py run, one fresh process per configuration (SD 1.5
 #               UNet, fp16, batch 2, 64x64 and 96x96 latents); each row is printed as its
 #               run finishes
@@ -54,14 +59,15 @@ iterations=20
 deadline=480
 configs="native,expandable,async,sdalloc-pool,sdalloc-async,sdalloc-vmm,sdalloc-planned"
 
-# Budgets in seconds; with every configuration they sum to 475 (<= the 480 s deadline).
-budget_preflight=10
-budget_cuda_tests=45
+# Budgets in seconds; with every configuration they sum to 478 (<= the 480 s deadline).
+budget_preflight=8
+budget_cuda_tests=43
 budget_contract=40
 budget_mempool=20
 budget_transfer=14
-budget_run=48  # per configuration: at most 60 s a run
-budget_table=10
+budget_offload=30  # torch + CUDA start, model build, 3 settings of >= 3 s warm-up + 5 steps
+budget_run=45  # per configuration: at most 60 s a run
+budget_table=8
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
@@ -112,13 +118,14 @@ stages=(preflight)
 [[ $cpu_smoke == 0 ]] && stages+=(cuda-tests)
 stages+=(contract)
 [[ $cpu_smoke == 0 ]] && stages+=(mempool transfer)
+stages+=(offload)
 for c in "${config_list[@]}"; do stages+=("run:$c"); done
 stages+=(table)
 budget_of() {
   case $1 in
     preflight) echo $budget_preflight ;; cuda-tests) echo $budget_cuda_tests ;;
     contract) echo $budget_contract ;; mempool) echo $budget_mempool ;;
-    transfer) echo $budget_transfer ;;
+    transfer) echo $budget_transfer ;; offload) echo $budget_offload ;;
     table) echo $budget_table ;; run:*) echo $budget_run ;;
   esac
 }
@@ -259,6 +266,13 @@ if [[ $cpu_smoke == 0 ]]; then
   stage transfer transfer_stage
   [[ -s $work/transfer.txt ]] && cat "$work/transfer.txt"
 fi
+offload_args=(--out "$work/offload.json")
+[[ $cpu_smoke == 1 ]] && offload_args+=(--cpu-smoke --iterations 1 --warmup 2)
+stage offload "$python" "$root/scripts/gpu_workload.py" offload "${offload_args[@]}"
+[[ -s $work/offload.json ]] || printf '{"error": "no result (see gpu-check.log)"}\n' \
+  > "$work/offload.json"
+PYTHONPATH="$root/scripts:$PYTHONPATH" "$python" -c 'import sys, gpu_offload as o
+print(o.format_offload(o.load_offload(sys.argv[1])))' "$work/offload.json"
 
 "$python" "$root/scripts/gpu_workload.py" row --header
 results=()
@@ -274,6 +288,7 @@ done
 
 stage_start=$SECONDS
 table_args=(--json "$out_dir/gpu-check.json" --stages "$work/stages.tsv")
+table_args+=(--offload "$work/offload.json")
 for f in "${contracts[@]}"; do table_args+=(--contract "$f"); done
 [[ $strict == 1 ]] && table_args+=(--strict)
 echo

@@ -21,13 +21,24 @@ process cannot change its CUDA allocator after the first allocation.
       --cpu-smoke runs the small UNet on the CPU (no allocator swap, memory figures null);
       sdalloc-planned then steps a backend:host planned pool of the shim that torch's CPU
       tensors never reach (only the step calls and the figures' path are checked).
+  gpu_workload.py offload --out FILE.json [--iterations N] [--warmup W] [--cpu-smoke]
+      The UNet's step time (64x64, batch 2, fp16) with all weights on the GPU, then with
+      the weights in host memory offloaded through sdalloc.torch.offload(device="cuda") at
+      budgets of 50 % and 25 % of the weights' bytes (prefetch 2); each a table row, and
+      the bar "step time at 50 % budget <= 1.15 x all-on-GPU" as PASS/FAIL. Warm-up: at
+      least W steps and 3 s after offload() (the engine registers the
+      weights with cudaHostRegister in the background, ~1-2 GB/s; loads go through staging
+      until then). Each setting's output is compared with all-on-GPU's. --cpu-smoke: the
+      small UNet on the CPU against the host backend (the code path only; not judged).
+      The code is in scripts/gpu_offload.py.
   gpu_workload.py row FILE.json          one table row, printed as a run finishes
-  gpu_workload.py table FILE.json... [--json OUT] [--stages TSV] [--strict]
+  gpu_workload.py table FILE.json... [--json OUT] [--stages TSV] [--offload FILE] [--strict]
       The table, the verdict lines of the bars (sdalloc's peak reserved below native's, no
       higher than expandable's, at <= 1.05 x expandable's time per shape), the outputs
       compared with native's, and the gpu-check stages (TSV lines: name, status, seconds,
-      detail). --json writes everything to OUT. Exit 1 when a stage or run failed or a run
-      has problems; --strict also when a bar is missed.
+      detail), and the offload table and its bar (--offload: `offload`'s JSON). --json
+      writes everything to OUT. Exit 1 when a stage or run failed or a run (or offload
+      setting) has problems; --strict also when a bar is missed.
 
 The workload: workloads/sd_unet.py's Stable Diffusion 1.5 UNet (random weights), fp16 on
 CUDA, batch 2 (one image under classifier-free guidance), 64x64 and 96x96 latents, under
@@ -371,6 +382,13 @@ def table(args):
                              "detail": f"no result: {error}"})
     for c in contract:
         print(f"contract {c['check']:<14} {c['status']:<6} {c['detail']}")
+    import gpu_offload  # pylint: disable=import-outside-toplevel,import-error
+    offloaded = gpu_offload.load_offload(args.offload)
+    if offloaded is not None:
+        print(gpu_offload.format_offload(offloaded))
+        bar = gpu_offload.offload_bar(offloaded) if not offloaded.get("cpu_smoke") else None
+        if bar is not None:
+            checks.append(bar)
     stages = load_stages(args.stages)
     for s in stages:
         print(f"stage {s['stage']:<22} {s['status']:<7} {s['seconds']:6.1f} s  {s['detail']}")
@@ -379,13 +397,14 @@ def table(args):
     outputs_differ = [line for ok, line in checks if not ok and "output equals" in line]
     bars_missed = [line for ok, line in checks if not ok and "output equals" not in line]
     failed_checks = [c["check"] for c in contract if c["status"] == "FAILED"]
+    offload_failed = gpu_offload.offload_problems(offloaded)
     verdict = not (failed or failed_stages or failed_checks or outputs_differ or
-                   (args.strict and bars_missed))
+                   offload_failed or (args.strict and bars_missed))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump({"verdict": "PASS" if verdict else "FAIL", "stages": stages,
                        "contract": contract,
-                       "results": results,
+                       "results": results, "offload": offloaded,
                        "bars": [{"ok": ok, "check": line} for ok, line in checks]},
                       out, indent=1)
     if failed:
@@ -397,6 +416,8 @@ def table(args):
               file=sys.stderr)
     if outputs_differ:
         print("gpu_workload: outputs differ from native's", file=sys.stderr)
+    if offload_failed:
+        print(f"gpu_workload: FAILED offload: {'; '.join(offload_failed)}", file=sys.stderr)
     print(f"gpu-check: VERDICT: {'PASS' if verdict else 'FAIL'} ({len(bars_missed)} bars "
           "missed)")
     return 0 if verdict else 1
@@ -411,6 +432,11 @@ def main(argv=None):
     r.add_argument("--iterations", type=int, default=20, help="timed iterations per shape")
     r.add_argument("--warmup", type=int, default=2, help="warm-up iterations per shape")
     r.add_argument("--cpu-smoke", action="store_true")
+    o = sub.add_parser("offload", help="step times with weights offloaded at 50 %% / 25 %%")
+    o.add_argument("--out", required=True)
+    o.add_argument("--iterations", type=int, default=5, help="timed steps per setting")
+    o.add_argument("--warmup", type=int, default=3, help="warm-up steps per setting (at least)")
+    o.add_argument("--cpu-smoke", action="store_true")
     w = sub.add_parser("row", help="print one result file as a table row")
     w.add_argument("file", nargs="?")
     w.add_argument("--header", action="store_true")
@@ -419,6 +445,7 @@ def main(argv=None):
     t.add_argument("--json")
     t.add_argument("--stages")
     t.add_argument("--contract", action="append", help="a gpu_contract.py result (repeatable)")
+    t.add_argument("--offload", help="the offload command's result")
     t.add_argument("--strict", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -430,6 +457,18 @@ def main(argv=None):
             with open(args.out, "w", encoding="utf-8") as out:
                 json.dump({"config": args.config, "error": f"{type(error).__name__}: {error}"},
                           out)
+            raise
+        return 0
+    if args.command == "offload":
+        if args.iterations < 1 or args.warmup < 2:
+            parser.error("--iterations must be >= 1, --warmup >= 2 (the first step is "
+                         "recorded, the second is the first planned one)")
+        import gpu_offload  # pylint: disable=import-outside-toplevel,import-error
+        try:
+            gpu_offload.offload(args)
+        except BaseException as error:  # pylint: disable=broad-except
+            with open(args.out, "w", encoding="utf-8") as out:
+                json.dump({"error": f"{type(error).__name__}: {error}"}, out)
             raise
         return 0
     if args.command == "row":

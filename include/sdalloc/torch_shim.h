@@ -71,6 +71,7 @@
 #define SDALLOC_TORCH_SHIM_H_
 
 #include "sdalloc/sdalloc.h"
+#include "sdalloc/sdalloc_transfer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -164,6 +165,44 @@ SDALLOC_API size_t sdalloc_torch_quarantined_bytes(void) SDALLOC_NOEXCEPT;
 typedef int (*sdalloc_torch_capture_query_fn)(cudaStream_t stream);
 SDALLOC_API void sdalloc_torch_set_capture_query_for_testing(sdalloc_torch_capture_query_fn query)
     SDALLOC_NOEXCEPT;
+
+/* ---- weight offload on a CUDA device (sdalloc.torch.offload(..., device="cuda")) ------
+ * The C API layer's engines (sdalloc_transfer.h) use the host copy backend; these make an
+ * engine on the CUDA copy backend and an offloader whose device memory is on a CUDA
+ * device, to be used with the sdalloc_transfer_* and sdalloc_offload_* functions of THIS
+ * library (which carries them). Messages of failures: this library's sdalloc_last_error().
+ *
+ *   sdalloc_torch_transfer_engine_create_cuda(&config, 0, &engine);
+ *   sdalloc_torch_offload_create_cuda(engine, &offload_config, 0, compute_stream, &offload);
+ *   sdalloc_offload_add_weight(offload, host_weight, bytes, &id);        // per weight
+ *   sdalloc_offload_begin_step(offload);
+ *   sdalloc_offload_acquire(offload, ids, n, device_pointers);           // per layer, then
+ *   ... launch the layer on compute_stream ...
+ *   sdalloc_offload_end_step(offload);
+ *
+ * The offloader is stream-ordered: acquire() makes compute_stream wait for the layer's
+ * loads (cudaStreamWaitEvent on the copy's event) and returns without blocking the host;
+ * loads run on the engine's copy stream into a CachingPool over cudaMalloc (with CUDA
+ * events, capped at budget + max(budget / 4, 64 MiB)); an eviction frees on compute_stream,
+ * so its memory is loaded into again only after the work queued there before it (the
+ * layers that read the weight). The layers must run on compute_stream. Weights are
+ * registered in place (cudaHostRegister) in the background; loads go through pinned
+ * staging until then. Destroy the offloader after compute_stream has finished with the
+ * weights, and before its engine.
+ * Errors: INVALID_ARGUMENT for a NULL output, engine or config, a config not from its
+ * _init, a budget of 0, an engine not made by sdalloc_torch_transfer_engine_create_cuda
+ * or for another device, no usable CUDA driver or device here ("no CUDA device to offload
+ * to: ..."), or a library built without CUDA ("built without CUDA"). */
+SDALLOC_API sdalloc_status_t
+sdalloc_torch_transfer_engine_create_cuda(const sdalloc_transfer_config_t* config, int device,
+                                          sdalloc_transfer_engine_t** out) SDALLOC_NOEXCEPT;
+SDALLOC_API sdalloc_status_t sdalloc_torch_offload_create_cuda(
+    sdalloc_transfer_engine_t* engine, const sdalloc_offload_config_t* config, int device,
+    cudaStream_t compute_stream, sdalloc_offload_t** out) SDALLOC_NOEXCEPT;
+/* Bytes the offloader's device memory holds now (its pool's segments: resident weights,
+ * blocks waiting for the compute stream, cached blocks); for an offloader of either kind. */
+SDALLOC_API sdalloc_status_t
+sdalloc_torch_offload_reserved_bytes(sdalloc_offload_t* offload, size_t* reserved) SDALLOC_NOEXCEPT;
 
 #ifdef __cplusplus
 } /* extern "C" */

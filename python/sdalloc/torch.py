@@ -449,12 +449,17 @@ __all__ = ["install", "installed", "hooks", "mempool", "configure", "config_text
            "host_tensor", "step", "begin_step", "end_step", "step_stats", "SdallocError"]
 
 
-def offload(module, budget, prefetch=2, copy_bytes_per_second=0.0):
+def offload(module, budget, prefetch=2, copy_bytes_per_second=0.0, device=None):
     """Streams `module`'s weights through sdalloc's transfer engine under a device `budget`
     (bytes): forward pre-hooks on its submodules acquire their parameters, loads planned
     from the first forward's order and issued `prefetch` layers ahead (sdalloc/_offload.py).
-    A budget below the largest weight raises SdallocError saying so. Answers the Offload
-    object: stats(), remove()."""
+    device None or "cpu": the host backend (copy_bytes_per_second: its simulated speed);
+    "cuda[:N]": the CUDA backend of libsdalloc_torch.so (loads on its copy stream, the
+    current stream waiting on their events), refused with SdallocError where CUDA is not
+    usable. A budget below the largest weight raises SdallocError saying so; a budget that
+    is not a positive finite number of bytes (floats are truncated) or a prefetch that is
+    not an int >= 0, TypeError or ValueError. Answers the Offload object: stats(),
+    remove()."""
     from ._offload import Offload  # pylint: disable=import-outside-toplevel
     return Offload(module, budget, prefetch=prefetch,
-                   copy_bytes_per_second=copy_bytes_per_second)
+                   copy_bytes_per_second=copy_bytes_per_second, device=device)

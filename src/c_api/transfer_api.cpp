@@ -1,41 +1,59 @@
-// transfer_api.cpp - sdalloc_transfer.h: the TransferEngine and WeightOffloader for C, on
-// the host copy backend. Every entry point runs through guarded() (boundary.hpp): no
-// exception crosses. Request handles are numbers in a per-engine table, so a stale or
-// foreign handle is refused (INVALID_POINTER) instead of being dereferenced.
+// transfer_api.cpp - sdalloc_transfer.h: the TransferEngine and WeightOffloader for C.
+// Engines made here use the host copy backend and offloaders a CachingPool over host
+// memory; the PyTorch shim makes CUDA ones (src/torch_shim/offload_api.cpp) that the same
+// functions serve (the handles: transfer_objects.hpp). Every entry point runs through
+// guarded() (boundary.hpp): no exception crosses. Request handles are numbers in a
+// per-engine table, so a stale or foreign handle is refused (INVALID_POINTER) instead of
+// being dereferenced.
 #include "sdalloc/sdalloc_transfer.h"
 
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
 
 #include "c_api/boundary.hpp"
+#include "c_api/transfer_objects.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/transfer/host_copy_backend.hpp"
 #include "sdalloc/transfer/transfer_engine.hpp"
 #include "sdalloc/transfer/weight_offloader.hpp"
 
-struct sdalloc_transfer_engine {
-  std::unique_ptr<sdalloc::HostCopyBackend> backend;
-  std::unique_ptr<sdalloc::TransferEngine> engine;
-  std::mutex mutex;
-  std::map<sdalloc_transfer_t, sdalloc::TransferHandle> requests;
-  sdalloc_transfer_t next = 1;
-};
+namespace sdalloc::c_api_detail {
 
-struct sdalloc_offload {
-  sdalloc::HostResource host;
-  std::unique_ptr<sdalloc::CachingPool> device;  // the host backend's "device" memory
-  std::unique_ptr<sdalloc::WeightOffloader> offloader;
-};
+TransferEngineOptions engine_options(const sdalloc_transfer_config_t& config) {
+  TransferEngineOptions options;
+  options.staging_budget = config.staging_budget;
+  options.batch_bytes = config.batch_bytes;
+  options.small_bytes = config.small_bytes;
+  options.chunk_bytes = config.chunk_bytes;
+  return options;
+}
+
+OffloadOptions offload_options(const sdalloc_offload_config_t& config) {
+  return OffloadOptions{config.budget, config.prefetch, config.pin};
+}
+
+}  // namespace sdalloc::c_api_detail
 
 namespace {
 
 using sdalloc::c_api_detail::guarded;
 using sdalloc::c_api_detail::require;
+using sdalloc::c_api_detail::require_size;
+
+// The host backend's "device" memory: a CachingPool over host memory.
+class HostOffloadDevice final : public sdalloc::c_api_detail::OffloadDevice {
+ public:
+  sdalloc::MemoryResource& memory() override { return pool_; }
+  std::size_t reserved_bytes() const override { return pool_.stats().reserved_bytes; }
+
+ private:
+  sdalloc::HostResource host_;
+  sdalloc::CachingPool pool_{host_};
+};
 
 sdalloc_transfer_engine& engine_of(sdalloc_transfer_engine_t* engine) {
   require(engine != nullptr, "engine is NULL");
@@ -54,16 +72,6 @@ sdalloc::TransferHandle handle_of(sdalloc_transfer_engine& e, sdalloc_transfer_t
 sdalloc::WeightOffloader& offloader_of(sdalloc_offload_t* offload) {
   require(offload != nullptr, "offload is NULL");
   return *offload->offloader;
-}
-
-template <typename Struct>
-void require_size(const Struct* s, const char* name) {
-  require(s != nullptr, "config is NULL");
-  if (s->struct_size != sizeof(Struct)) {
-    throw sdalloc::InvalidArgument(
-        std::string(name) + "->struct_size is " + std::to_string(s->struct_size) + ", not " +
-        std::to_string(sizeof(Struct)) + ": call " + name + "_init first");
-  }
 }
 
 }  // namespace
@@ -92,14 +100,10 @@ sdalloc_status_t sdalloc_transfer_engine_create(const sdalloc_transfer_config_t*
     sdalloc::HostCopyBackendOptions backend;
     backend.copy_streams = config->copy_streams;
     backend.bytes_per_second = config->copy_bytes_per_second;
-    sdalloc::TransferEngineOptions options;
-    options.staging_budget = config->staging_budget;
-    options.batch_bytes = config->batch_bytes;
-    options.small_bytes = config->small_bytes;
-    options.chunk_bytes = config->chunk_bytes;
     auto made = std::make_unique<sdalloc_transfer_engine>();
     made->backend = std::make_unique<sdalloc::HostCopyBackend>(backend);
-    made->engine = std::make_unique<sdalloc::TransferEngine>(*made->backend, options);
+    made->engine = std::make_unique<sdalloc::TransferEngine>(
+        *made->backend, sdalloc::c_api_detail::engine_options(*config));
     *out = made.release();
   });
 }
@@ -231,10 +235,9 @@ sdalloc_status_t sdalloc_offload_create(sdalloc_transfer_engine_t* engine,
     require(out != nullptr, "out is NULL");
     require_size(config, "sdalloc_offload_config");
     auto made = std::make_unique<sdalloc_offload>();
-    made->device = std::make_unique<sdalloc::CachingPool>(made->host);
+    made->device = std::make_unique<HostOffloadDevice>();
     made->offloader = std::make_unique<sdalloc::WeightOffloader>(
-        *e.engine, *made->device,
-        sdalloc::OffloadOptions{config->budget, config->prefetch, config->pin});
+        *e.engine, made->device->memory(), sdalloc::c_api_detail::offload_options(*config));
     *out = made.release();
   });
 }

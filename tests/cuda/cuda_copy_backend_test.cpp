@@ -1,17 +1,23 @@
 // cuda_copy_backend_test.cpp - the TransferEngine on a CUDA device: packed, chunked and
 // pinned copies land, a packed batch is one call, stream_wait orders a compute stream,
-// mapped memory is shared, weight offload serves equal bytes; without a device the backend
-// refuses to start with CudaError.
+// mapped memory is shared, weight offload serves equal bytes (also stream-ordered, on the
+// stack the PyTorch shim's CUDA offload uses); without a device the backend refuses to
+// start with CudaError.
 #include "sdalloc/cuda/cuda_copy_backend.hpp"
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <vector>
 
 #include "cuda_device_check.hpp"
 #include "sdalloc/cuda/cuda_error.hpp"
 #include "sdalloc/cuda/cuda_resource.hpp"
+#include "sdalloc/cuda/cuda_stream_events.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/transfer/transfer_engine.hpp"
 #include "sdalloc/transfer/weight_offloader.hpp"
 
@@ -90,6 +96,60 @@ TEST(CudaCopyBackend, OffloadedWeightsArriveIntact) {
     offloader.end_step();
   }
   EXPECT_LE(offloader.stats().peak_resident_bytes, 3 * kMiB);
+}
+
+// The shim's sdalloc_torch_offload_create_cuda stack: a CachingPool over a capped
+// cudaMalloc with CUDA events, stream_ordered on a compute stream. The "layer" reads each
+// weight on the compute stream (a device->host copy queued there, never waited for by the
+// host until the step ends), so a load that overwrote memory still being read, or a read
+// before its load, would show as wrong bytes.
+TEST(CudaCopyBackend, StreamOrderedOffloadReadsEqualBytesOnTheComputeStream) {
+  SDALLOC_REQUIRE_CUDA_DEVICE();
+  CudaCopyBackend backend;
+  TransferEngine engine(backend);
+  CudaResource memory;
+  constexpr std::size_t kBudget = 3 * kMiB;
+  LimitResource limit(memory, kBudget + 64 * kMiB);
+  CudaStreamEvents events;
+  CachingPoolOptions pool_options;
+  pool_options.stream_events = &events;
+  CachingPool pool(limit, pool_options);
+  cudaStream_t compute = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<std::vector<unsigned char>> weights;
+  for (int i = 0; i < 8; ++i) weights.emplace_back(kMiB, static_cast<unsigned char>(i + 1));
+  std::vector<unsigned char> read_back(weights.size() * kMiB);
+  ASSERT_EQ(cudaHostRegister(read_back.data(), read_back.size(), cudaHostRegisterDefault),
+            cudaSuccess);
+  {
+    OffloadOptions options{kBudget, 2, true};
+    options.stream_ordered = true;
+    options.compute_stream = Stream::from_native(compute);
+    WeightOffloader offloader(engine, pool, options);
+    for (const auto& w : weights) offloader.add_weight(w.data(), w.size());
+    for (int step = 0; step < 3; ++step) {
+      offloader.begin_step();
+      for (std::size_t l = 0; l < weights.size(); ++l) {
+        void* p = offloader.acquire(std::span<const std::size_t>(&l, 1))[0];
+        ASSERT_EQ(
+            cudaMemcpyAsync(read_back.data() + l * kMiB, p, kMiB, cudaMemcpyDeviceToHost, compute),
+            cudaSuccess);
+      }
+      offloader.end_step();
+      ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+      for (std::size_t l = 0; l < weights.size(); ++l) {
+        EXPECT_TRUE(std::equal(weights[l].begin(), weights[l].end(),
+                               read_back.begin() + static_cast<std::ptrdiff_t>(l * kMiB)))
+            << "step " << step << " layer " << l;
+      }
+    }
+    const OffloadStats stats = offloader.stats();
+    EXPECT_LE(stats.peak_resident_bytes, kBudget);
+    EXPECT_EQ(stats.planned_steps, 2U);
+    EXPECT_LE(pool.stats().peak_reserved_bytes, kBudget + 64 * kMiB);
+  }
+  EXPECT_EQ(cudaHostUnregister(read_back.data()), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(compute), cudaSuccess);
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ def test_dry_run_shows_every_stage_with_a_budget_within_the_deadline(tmp_path):
         if line.startswith("stage "):
             name, seconds = line.split()[1], int(line.split()[3])
             budgets[name] = seconds
-    expected = ["preflight", "cuda-tests", "contract", "mempool", "transfer"] + [
+    expected = ["preflight", "cuda-tests", "contract", "mempool", "transfer", "offload"] + [
         f"run:{c}" for c in ("native", "expandable", "async", "sdalloc-pool", "sdalloc-async",
                              "sdalloc-vmm", "sdalloc-planned")] + ["table"]
     assert list(budgets) == expected, list(budgets)
@@ -63,6 +63,7 @@ def test_dry_run_shows_every_stage_with_a_budget_within_the_deadline(tmp_path):
     smoke = run([str(CHECK), "--dry-run", "--cpu-smoke"])
     assert "cuda-tests" not in smoke.stdout and "stage contract" in smoke.stdout
     assert "stage transfer" not in smoke.stdout  # needs a GPU: skipped under --cpu-smoke
+    assert "stage offload" in smoke.stdout  # on the host backend under --cpu-smoke
     tight = run([str(CHECK), "--dry-run", "--deadline", "100"])
     assert tight.returncode == 1 and "exceed the deadline (100 s)" in tight.stderr
 
@@ -201,6 +202,71 @@ def test_cpu_smoke_runs_the_contract_and_the_workload_end_to_end(torch, tmp_path
         assert [s["iterations"] for s in r["per_shape"]] == [1, 1]
         assert r["peak_reserved_bytes"] is None  # no device memory on the CPU
     assert "==== run:native" in (out / "gpu-check.log").read_text()
+    # The offload rows: a reference and the two budgets, the bar shown but not judged here.
+    offload = data["offload"]
+    assert [s["setting"] for s in offload["settings"]] == ["all on CPU", "offload 50 %",
+                                                          "offload 25 %"]
+    weights = offload["weight_bytes"]
+    for s, fraction in zip(offload["settings"][1:], (0.5, 0.25)):
+        assert s["budget_bytes"] == int(fraction * weights) and s["problems"] == []
+        assert 0 < s["stats"]["peak_resident_bytes"] <= s["budget_bytes"]
+        assert s["stats"]["planned_steps"] >= 1 and s["stats"]["divergent_steps"] == 0
+    assert "offload 50 %" in result.stdout and "offload 25 %" in result.stdout
+    assert "INFO  offload: step time at 50 % budget" in result.stdout
+    assert "(judged on a GPU only)" in result.stdout
+
+
+def _offload_result(directory, reference_ms, half_ms, problems=()):
+    path = directory / "offload.json"
+    fingerprint = {"sum": 1.0, "abs_sum": 10.0, "first": []}
+    settings = [{"setting": "all on GPU", "budget_bytes": None, "median_s": reference_ms / 1e3,
+                 "device_used_bytes": 2000 * MiB, "output_fingerprint": fingerprint,
+                 "problems": []}]
+    for fraction, ms in ((0.5, half_ms), (0.25, 2 * half_ms)):
+        settings.append({"setting": f"offload {fraction * 100:g} %", "budget_fraction": fraction,
+                         "budget_bytes": int(fraction * 1600 * MiB), "median_s": ms / 1e3,
+                         "loads_per_step": 300.0, "device_used_bytes": 900 * MiB,
+                         "output_fingerprint": fingerprint, "problems": list(problems)})
+    path.write_text(json.dumps({"cpu_smoke": False, "dtype": "float16",
+                                "shape": [2, 4, 64, 64], "weight_bytes": 1600 * MiB,
+                                "settings": settings, "problems": []}))
+    return str(path)
+
+
+def test_offload_rows_and_their_bar_in_the_table(tmp_path):
+    native = write_result(tmp_path, "native", 100, 50, 5.0)
+    passing = _offload_result(tmp_path, 30.0, 33.0)
+    result = run([sys.executable, str(WORKLOAD), "table", native, "--offload", passing])
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert ["all", "on", "GPU", "-", "30.00", "1.000", "-", "2000.0", "ok"] in rows
+    assert ["offload", "50", "%", "800.0", "33.00", "1.100", "300.0", "900.0", "ok"] in rows
+    assert ["offload", "25", "%", "400.0", "66.00", "2.200", "300.0", "900.0", "ok"] in rows
+    assert ("PASS  offload: step time at 50 % budget 1.100 x all-on-GPU (bar: <= 1.15)"
+            in result.stdout)
+    slow = _offload_result(tmp_path, 30.0, 36.0)
+    result = run([sys.executable, str(WORKLOAD), "table", native, "--offload", slow])
+    assert "FAIL  offload: step time at 50 % budget 1.200 x all-on-GPU" in result.stdout
+    assert result.returncode == 0  # a missed bar fails the verdict only under --strict
+    strict = run([sys.executable, str(WORKLOAD), "table", "--strict", native, "--offload", slow])
+    assert strict.returncode == 1 and "VERDICT: FAIL (1 bars missed)" in strict.stdout
+    wrong = _offload_result(tmp_path, 30.0, 33.0, ["output differs from all-on-GPU's"])
+    result = run([sys.executable, str(WORKLOAD), "table", native, "--offload", wrong])
+    assert result.returncode == 1
+    assert "FAILED: output differs from all-on-GPU's" in result.stdout
+    assert "FAILED offload: offload 50 %: output differs" in result.stderr
+    missing = run([sys.executable, str(WORKLOAD), "table", native, "--offload",
+                   str(tmp_path / "none.json")])
+    assert missing.returncode == 1 and "offload: FAILED: no result:" in missing.stdout
+
+
+def test_offload_refuses_bad_arguments(tmp_path):
+    result = run([sys.executable, str(WORKLOAD), "offload", "--out", str(tmp_path / "o.json"),
+                  "--warmup", "1"])
+    assert result.returncode == 2 and "--warmup >= 2" in result.stderr
+    result = run([sys.executable, str(WORKLOAD), "offload", "--out", str(tmp_path / "o.json"),
+                  "--iterations", "0"])
+    assert result.returncode == 2 and "--iterations must be >= 1" in result.stderr
 
 
 def test_the_deadline_cuts_runs_short_and_the_table_still_prints(torch, tmp_path):  # pylint: disable=unused-argument

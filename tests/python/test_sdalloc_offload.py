@@ -67,3 +67,61 @@ def test_tied_weights_are_one_weight(torch):
             assert torch.equal(model(x), expected)
     assert off.stats()["planned_steps"] == 1
     off.remove()
+
+
+def test_bad_arguments_are_refused_before_anything_is_made(torch):
+    model = _model(torch, layers=2)
+    for kwargs, error, message in (
+            ({"budget": 0}, ValueError, "budget must be a positive number of bytes"),
+            ({"budget": -1}, ValueError, "budget must be a positive number of bytes"),
+            ({"budget": "1MiB"}, TypeError, "budget must be a number of bytes, not str"),
+            ({"budget": True}, TypeError, "budget must be a number of bytes, not bool"),
+            ({"budget": float("inf")}, ValueError, "budget must be finite"),
+            ({"budget": 0.5}, ValueError, "budget must be a positive number of bytes"),
+            ({"budget": 1 << 20, "prefetch": 1.5}, TypeError, "prefetch must be an int"),
+            ({"budget": 1 << 20, "prefetch": -1}, ValueError, "prefetch must be >= 0"),
+            ({"budget": 1 << 20, "device": "meta"}, ValueError, "neither 'cpu' nor 'cuda[:N]'"),
+            ({"budget": 1 << 20, "device": 1.0}, TypeError, "device must be a str, int"),
+            ({"budget": 1 << 20, "device": "cuda", "copy_bytes_per_second": 1e9}, ValueError,
+             "copy_bytes_per_second is the host backend's")):
+        with pytest.raises(error) as raised:
+            sdalloc.torch.offload(model, **kwargs)
+        assert message in str(raised.value), (kwargs, str(raised.value))
+        assert not model[0]._forward_pre_hooks  # pylint: disable=protected-access
+    with torch.no_grad():
+        model(torch.randn(1, 64))
+
+
+def test_a_cuda_target_without_a_usable_device_is_refused_saying_why(torch):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present here (gpu-check's offload stage runs that path)")
+    model = _model(torch, layers=2)
+    host_pointers = [p.data_ptr() for p in model.parameters()]
+    expected = ("no CUDA device to offload to" if sdalloc.torch.has_cuda()
+                else "built without CUDA")
+    for device in ("cuda", "cuda:0", 0, torch.device("cuda", 0)):
+        with pytest.raises(SdallocError) as error:
+            sdalloc.torch.offload(model, budget=1 << 20, device=device)
+        assert error.value.status == "INVALID_ARGUMENT"
+        assert expected in str(error.value), str(error.value)
+        assert "sdalloc_torch_transfer_engine_create_cuda" in str(error.value)
+    # Nothing was installed: the model runs on its host weights as before.
+    assert [p.data_ptr() for p in model.parameters()] == host_pointers
+    assert not model[0]._forward_pre_hooks  # pylint: disable=protected-access
+    with torch.no_grad():
+        model(torch.randn(1, 64))
+
+
+def test_device_cpu_is_the_host_backend(torch):
+    model = _model(torch, layers=4)
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        expected = model(x)
+        # A float budget is taken as int(budget), as before the device argument.
+        off = sdalloc.torch.offload(model, budget=2.0 * 64 * 64 * 4, device="cpu")
+        for _ in range(3):
+            assert torch.equal(model(x), expected)
+    stats = off.stats()
+    assert stats["planned_steps"] == 2 and "device_reserved_bytes" not in stats
+    assert stats["budget"] == 2 * 64 * 64 * 4
+    off.remove()

@@ -1,7 +1,8 @@
 // shim_library_test.cpp - libsdalloc_torch.so as PyTorch calls it: the raising allocation
 // function (through a std::function over the pointer, as CUDAPluggableAllocator stores it)
 // and the refusal of a stream that is capturing a CUDA graph (a fake capture query stands
-// in for cudaStreamIsCapturing).
+// in for cudaStreamIsCapturing); the CUDA offload entry points' argument errors and their
+// refusal where no CUDA device is usable.
 //
 // The shim's configuration is per process and fixed by the first allocation, so the tests
 // run in this order: a bad configuration first (no pool exists yet), then a good one.
@@ -105,6 +106,85 @@ TEST(TorchShimGraphCapture, ACapturingStreamIsRefusedAndItsFreesAreNeverReused) 
   }
   EXPECT_EQ(std::find(after.begin(), after.end(), before), after.end());
   for (void* ptr : after) sdalloc_torch_free(ptr, kMiB, 0, other);
+}
+
+// ---- weight offload on a CUDA device -------------------------------------------------
+
+std::string last_error() { return sdalloc_last_error(); }
+
+TEST(TorchShimCudaOffload, WithoutADeviceTheEngineIsRefusedSayingWhy) {
+  sdalloc_transfer_config_t config;
+  sdalloc_transfer_config_init(&config);
+  sdalloc_transfer_engine_t* engine = nullptr;
+  const sdalloc_status_t status = sdalloc_torch_transfer_engine_create_cuda(&config, 0, &engine);
+  if (status == SDALLOC_SUCCESS) {  // a device is here: its path is the device checks' job
+    sdalloc_transfer_engine_destroy(engine);
+    GTEST_SKIP() << "a CUDA device is present here";
+  }
+  EXPECT_EQ(status, SDALLOC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(engine, nullptr);
+  const char* expected =
+      sdalloc_torch_has_cuda() != 0 ? "no CUDA device to offload to: " : "built without CUDA";
+  EXPECT_NE(last_error().find(expected), std::string::npos) << last_error();
+  // A device index that cannot exist is refused the same way, never dereferenced.
+  EXPECT_EQ(sdalloc_torch_transfer_engine_create_cuda(&config, 64, &engine),
+            SDALLOC_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(TorchShimCudaOffload, ArgumentErrorsAreRefusedWithAMessage) {
+  sdalloc_transfer_config_t config;
+  sdalloc_transfer_config_init(&config);
+  sdalloc_transfer_engine_t* engine = nullptr;
+  EXPECT_EQ(sdalloc_torch_transfer_engine_create_cuda(&config, 0, nullptr),
+            SDALLOC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("out is NULL"), std::string::npos) << last_error();
+  EXPECT_EQ(sdalloc_torch_transfer_engine_create_cuda(nullptr, 0, &engine),
+            SDALLOC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("config is NULL"), std::string::npos) << last_error();
+  sdalloc_transfer_config_t stale = config;
+  stale.struct_size = 8;
+  EXPECT_EQ(sdalloc_torch_transfer_engine_create_cuda(&stale, 0, &engine),
+            SDALLOC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("call sdalloc_transfer_config_init first"), std::string::npos)
+      << last_error();
+
+  // The offloader: a NULL engine, and an engine on the host backend, are refused.
+  sdalloc_offload_config_t options;
+  sdalloc_offload_config_init(&options);
+  options.budget = 4 * kMiB;
+  sdalloc_offload_t* offload = nullptr;
+  EXPECT_EQ(sdalloc_torch_offload_create_cuda(nullptr, &options, 0, nullptr, &offload),
+            SDALLOC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("engine is NULL"), std::string::npos) << last_error();
+  ASSERT_EQ(sdalloc_transfer_engine_create(&config, &engine), SDALLOC_SUCCESS);
+  EXPECT_EQ(sdalloc_torch_offload_create_cuda(engine, &options, 0, nullptr, &offload),
+            SDALLOC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(offload, nullptr);
+  const char* expected =
+      sdalloc_torch_has_cuda() != 0 ? "not on the CUDA backend" : "built without CUDA";
+  EXPECT_NE(last_error().find(expected), std::string::npos) << last_error();
+
+  // reserved_bytes serves an offloader of either kind: here one on the host backend.
+  ASSERT_EQ(sdalloc_offload_create(engine, &options, &offload), SDALLOC_SUCCESS);
+  std::size_t reserved = 1;
+  ASSERT_EQ(sdalloc_torch_offload_reserved_bytes(offload, &reserved), SDALLOC_SUCCESS);
+  EXPECT_EQ(reserved, 0U);  // nothing loaded yet
+  std::vector<unsigned char> weight(kMiB, 7);
+  std::size_t id = 0;
+  ASSERT_EQ(sdalloc_offload_add_weight(offload, weight.data(), weight.size(), &id),
+            SDALLOC_SUCCESS);
+  void* device = nullptr;
+  ASSERT_EQ(sdalloc_offload_begin_step(offload), SDALLOC_SUCCESS);
+  ASSERT_EQ(sdalloc_offload_acquire(offload, &id, 1, &device), SDALLOC_SUCCESS);
+  ASSERT_EQ(sdalloc_offload_end_step(offload), SDALLOC_SUCCESS);
+  ASSERT_EQ(sdalloc_torch_offload_reserved_bytes(offload, &reserved), SDALLOC_SUCCESS);
+  EXPECT_GE(reserved, kMiB);
+  EXPECT_EQ(sdalloc_torch_offload_reserved_bytes(offload, nullptr), SDALLOC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(sdalloc_torch_offload_reserved_bytes(nullptr, &reserved),
+            SDALLOC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("offload is NULL"), std::string::npos) << last_error();
+  sdalloc_offload_destroy(offload);
+  sdalloc_transfer_engine_destroy(engine);
 }
 
 }  // namespace
