@@ -32,7 +32,8 @@ sdalloc_status_t sdalloc_ort_allocator_create(sdalloc_pool_t* pool,
   return guarded("sdalloc_ort_allocator_create", [&] {
     require(out != nullptr, "out is NULL");
     *out = nullptr;
-    *out = new sdalloc_ort_allocator(pool_of(pool));  // NOLINT(cppcoreguidelines-owning-memory)
+    // guarded() turns a std::bad_alloc into SDALLOC_ERROR_OUT_OF_MEMORY.
+    *out = std::make_unique<sdalloc_ort_allocator>(pool_of(pool)).release();
   });
 }
 

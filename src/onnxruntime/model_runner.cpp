@@ -33,10 +33,12 @@ Model read_model(const std::string& dir, const std::string& name) {
     input.shape = in.at("shape").get<std::vector<std::int64_t>>();
     std::size_t count = 1;
     for (const std::int64_t d : input.shape) count *= static_cast<std::size_t>(d);
-    const std::string bytes = read_file(dir + "/" + name + "." + input.name + ".bin");
+    std::string path = dir;
+    path.append("/").append(name).append(".").append(input.name).append(".bin");
+    const std::string bytes = read_file(path);
     if (bytes.size() != count * sizeof(float)) {
-      throw Error(dir + "/" + name + "." + input.name + ".bin: " + std::to_string(bytes.size()) +
-                  " bytes, the shape needs " + std::to_string(count * sizeof(float)));
+      path.append(": ").append(std::to_string(bytes.size())).append(" bytes, the shape needs ");
+      throw Error(path.append(std::to_string(count * sizeof(float))));
     }
     input.data.resize(count);
     std::memcpy(input.data.data(), bytes.data(), bytes.size());
