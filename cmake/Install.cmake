@@ -33,7 +33,10 @@ endif()
 
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/sdalloc
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development
-  FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" ${_sdalloc_cuda_headers})
+  FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" ${_sdalloc_cuda_headers}
+  # The ONNX Runtime and TensorRT adapters are not packaged yet (their libraries are not
+  # installed): their headers stay out too.
+  PATTERN "onnxruntime" EXCLUDE PATTERN "tensorrt" EXCLUDE)
 # The forwarders at the headers' pre-layer paths (<sdalloc/caching_pool.hpp> and the like),
 # for one release.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/compat/sdalloc

@@ -36,6 +36,8 @@ RANKS = {
     "config": 6,
     "torch_shim": 7,
     "preload": 7,
+    "onnxruntime": 7,
+    "tensorrt": 7,
     "tools": 8,
 }
 # The headers at the top of include/sdalloc/: the C API, the shim's C API, the umbrella.

@@ -48,6 +48,11 @@ if [[ $build == 1 ]]; then
     -DSDALLOC_BUILD_TOOLS=OFF || die "cmake configure failed"
   cmake --build "$build_dir" -j "${SDALLOC_JOBS:-$(nproc)}" \
     --target sdalloc sdalloc_torch sdalloc_cuda_tests sdalloc_transfer_gpu_bench || die "build failed"
+  # The TensorRT forwarder's test exists only where CMake found TensorRT's headers.
+  if grep -q 'sdalloc_tensorrt_tests' "$build_dir/build.ninja" "$build_dir/Makefile" 2>/dev/null; then
+    cmake --build "$build_dir" -j "${SDALLOC_JOBS:-$(nproc)}" --target sdalloc_tensorrt_tests ||
+      die "build failed (sdalloc_tensorrt_tests)"
+  fi
 fi
 
 shim="$build_dir/src/torch_shim/libsdalloc_torch.so"
@@ -76,6 +81,8 @@ rm -rf "$out"
 mkdir -p "$out/lib" "$out/bin"
 cp "$shim" "$host" "$out/lib/"
 cp "$tests" "$transfer" "$out/bin/"
+trt_tests="$build_dir/tests/tensorrt/sdalloc_tensorrt_tests"
+[[ -f $trt_tests ]] && cp "$trt_tests" "$out/bin/"  # gpu-check.sh's stage tensorrt
 strip --strip-unneeded "$out/lib/"*.so "$out/bin/"* 2>/dev/null || true
 {
   echo "commit $(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"

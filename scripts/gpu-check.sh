@@ -9,6 +9,9 @@
 #   preflight   torch imports and sees CUDA; the bundle's files exist
 #   cuda-tests  sdalloc_cuda_tests; any skipped test fails the check, except those that
 #               need two GPUs (and the no-device tests, skipped where a device is present)
+#   tensorrt    sdalloc_tensorrt_tests (the IGpuAsyncAllocator forwarder against TensorRT),
+#               when the bundle has it (built only where TensorRT's headers were found);
+#               otherwise the stage is recorded as skipped with a line saying so
 #   contract    scripts/gpu_contract.py install: OOM raises, record_stream, empty_cache,
 #               memory_stats, graph capture works or is refused clearly
 #   mempool     scripts/gpu_contract.py mempool: a torch.cuda.MemPool served by sdalloc
@@ -59,9 +62,10 @@ iterations=20
 deadline=480
 configs="native,expandable,async,sdalloc-pool,sdalloc-async,sdalloc-vmm,sdalloc-planned"
 
-# Budgets in seconds; with every configuration they sum to 478 (<= the 480 s deadline).
+# Budgets in seconds; with every configuration they sum to 479 (<= the 480 s deadline).
 budget_preflight=8
-budget_cuda_tests=43
+budget_cuda_tests=41
+budget_tensorrt=3  # a skip line where the bundle has no TensorRT check
 budget_contract=40
 budget_mempool=20
 budget_transfer=14
@@ -101,21 +105,23 @@ for c in "${config_list[@]}"; do
 done
 
 # --- where the libraries and the test binary are ------------------------------------------
-libs="" cuda_tests="" transfer_bench=""
+libs="" cuda_tests="" transfer_bench="" tensorrt_tests=""
 if [[ -n $build_dir ]]; then
   libs="$build_dir/src" cuda_tests="$build_dir/tests/cuda/sdalloc_cuda_tests"
   transfer_bench="$build_dir/tests/cuda/sdalloc_transfer_gpu_bench"
+  tensorrt_tests="$build_dir/tests/tensorrt/sdalloc_tensorrt_tests"
 elif [[ $cpu_smoke == 0 ]]; then
   bundle=${bundle:-$root/build/gpu-bundle}
   libs="$bundle/lib" cuda_tests="$bundle/bin/sdalloc_cuda_tests"
   transfer_bench="$bundle/bin/sdalloc_transfer_gpu_bench"
+  tensorrt_tests="$bundle/bin/sdalloc_tensorrt_tests"
 fi
 [[ -n $libs ]] && export SDALLOC_LIBRARY_DIR="$libs"
 export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
 
 # --- the stage list with budgets ------------------------------------------------------------
 stages=(preflight)
-[[ $cpu_smoke == 0 ]] && stages+=(cuda-tests)
+[[ $cpu_smoke == 0 ]] && stages+=(cuda-tests tensorrt)
 stages+=(contract)
 [[ $cpu_smoke == 0 ]] && stages+=(mempool transfer)
 stages+=(offload)
@@ -124,6 +130,7 @@ stages+=(table)
 budget_of() {
   case $1 in
     preflight) echo $budget_preflight ;; cuda-tests) echo $budget_cuda_tests ;;
+    tensorrt) echo $budget_tensorrt ;;
     contract) echo $budget_contract ;; mempool) echo $budget_mempool ;;
     transfer) echo $budget_transfer ;; offload) echo $budget_offload ;;
     table) echo $budget_table ;; run:*) echo $budget_run ;;
@@ -253,6 +260,13 @@ smoke=()
 stage preflight preflight
 if [[ $cpu_smoke == 0 ]]; then
   stage cuda-tests cuda_tests_stage
+  if [[ -x $tensorrt_tests ]]; then
+    stage tensorrt "$tensorrt_tests"
+  else
+    stage_start=$SECONDS
+    note="TensorRT was not found where the bundle was built (no $tensorrt_tests):"
+    record tensorrt skipped "$note the IGpuAsyncAllocator forwarder is untested against TensorRT"
+  fi
   stage contract "$python" "$root/scripts/gpu_contract.py" install --out "$work/contract.json"
 else
   stage contract "$python" "$root/scripts/gpu_contract.py" host --out "$work/contract.json"

@@ -20,6 +20,7 @@ packages=(
   chromium                                   # renders `sdalloc replay --report` in a test
   libtcmalloc-minimal4 libjemalloc2          # system allocators `sdalloc replay` compares
   libmimalloc2.0                             #   against (LD_PRELOAD in a child process)
+  python3-torchvision                        # ResNet-50 exported for the ONNX Runtime tests
 )
 
 missing=()
@@ -27,7 +28,36 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
     missing+=("$p")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+# npm fetches ONNX Runtime (below; `npm pack` only). A nodejs from elsewhere (NodeSource)
+# brings its own npm and conflicts with Debian's npm package: ask for it only when absent.
+command -v npm >/dev/null || missing+=(npm)
+# ONNX Runtime 1.29 (not in Debian): the npm package com.github.asus4.onnxruntime carries the
+# Linux x64 library and the C headers. `npm pack` fetches the tarball (no npm install, no
+# install scripts run); tar unpacks the two parts into the cache folder the build looks in
+# (ONNXRUNTIME_ROOT's default, cmake/FindOnnxRuntime.cmake). Done once: skipped when present.
+install_onnxruntime() {
+  local root=${SDALLOC_DEPS:-$HOME/.cache/sdalloc}/onnxruntime-1.29.0
+  [[ -f $root/lib/libonnxruntime.so.1 && -f $root/include/onnxruntime_c_api.h ]] && return 0
+  command -v npm >/dev/null || { echo "install-deps: npm is needed for ONNX Runtime" >&2; return 1; }
+  local tmp
+  tmp=$(mktemp -d)
+  echo "install-deps: fetching ONNX Runtime 1.29.0 (com.github.asus4.onnxruntime@0.4.9) into $root"
+  (cd "$tmp" && npm pack --silent com.github.asus4.onnxruntime@0.4.9 >/dev/null)
+  local headers=package/Plugins/iOS~/onnxruntime.xcframework/ios-arm64/onnxruntime.framework/Headers
+  tar -xzf "$tmp"/com.github.asus4.onnxruntime-0.4.9.tgz -C "$tmp" \
+    package/Plugins/Linux/x64/libonnxruntime.so "$headers"
+  mkdir -p "$root.partial/lib" "$root.partial/include"
+  cp "$tmp"/package/Plugins/Linux/x64/libonnxruntime.so "$root.partial/lib/libonnxruntime.so.1"
+  ln -sf libonnxruntime.so.1 "$root.partial/lib/libonnxruntime.so"
+  cp "$tmp/$headers"/*.h "$root.partial/include/"
+  rm -rf "$tmp" "$root"
+  mv "$root.partial" "$root"  # whole or not at all: a broken fetch leaves no half folder
+}
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  install_onnxruntime
+  exit 0
+fi
 
 sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then
@@ -43,3 +73,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -q
 "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+install_onnxruntime

@@ -51,7 +51,8 @@ def test_dry_run_shows_every_stage_with_a_budget_within_the_deadline(tmp_path):
         if line.startswith("stage "):
             name, seconds = line.split()[1], int(line.split()[3])
             budgets[name] = seconds
-    expected = ["preflight", "cuda-tests", "contract", "mempool", "transfer", "offload"] + [
+    expected = ["preflight", "cuda-tests", "tensorrt", "contract", "mempool", "transfer",
+                "offload"] + [
         f"run:{c}" for c in ("native", "expandable", "async", "sdalloc-pool", "sdalloc-async",
                              "sdalloc-vmm", "sdalloc-planned")] + ["table"]
     assert list(budgets) == expected, list(budgets)

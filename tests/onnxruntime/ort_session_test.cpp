@@ -1,0 +1,140 @@
+// ort_session_test.cpp - real ONNX Runtime 1.29 sessions of torch-exported models with sdalloc
+// registered as the env allocator: outputs bit-equal to ORT's own, the session's allocations
+// counted by sdalloc, Run() planned as PlannedArena steps.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "onnxruntime/model_runner.hpp"
+#include "onnxruntime/ort_env.hpp"
+#include "sdalloc/onnxruntime/ort_allocator.hpp"
+#include "sdalloc/onnxruntime/planned_run.hpp"
+#include "sdalloc/resources/host_resource.hpp"
+#include "sdalloc/resources/host_virtual_memory.hpp"
+
+namespace sdalloc::onnxruntime {
+namespace {
+
+using test::models_dir;
+using test::test_env;
+
+HostResource& host() {
+  static HostResource resource;
+  return resource;
+}
+
+SessionSettings sdalloc_settings() {
+  SessionSettings s;
+  s.env_allocators = true;
+  s.mem_pattern = false;  // sdalloc sees every tensor
+  return s;
+}
+
+// The first output under ORT's default (its arena, memory patterns), no sdalloc.
+std::vector<std::uint8_t> ort_default_output(const Model& model) {
+  ModelRunner runner(test_env(), model, SessionSettings{});
+  RunResult r = runner.run();
+  EXPECT_EQ(r.error, "");
+  return r.output;
+}
+
+class OrtSession : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OrtSession, OutputsAreBitEqualAndAllocationsGoThroughTheCachingPool) {
+  const Model model = read_model(models_dir(), GetParam());
+  const std::vector<std::uint8_t> expected = ort_default_output(model);
+  ASSERT_FALSE(expected.empty());
+
+  OrtPoolAllocator allocator(std::make_shared<PoolOf<CachingPool>>(host()));
+  {
+    OrtEnvAllocator registered(test_env(), allocator);
+    ModelRunner runner(test_env(), model, sdalloc_settings());
+    const OrtPoolAllocatorCounters before = allocator.counters();
+    for (int i = 0; i < 2; ++i) {
+      RunResult r = runner.run();
+      ASSERT_EQ(r.error, "");
+      EXPECT_EQ(r.output, expected) << "run " << i;
+    }
+    const OrtPoolAllocatorCounters after = allocator.counters();
+    // Each Run() allocates its intermediate tensors and the output through sdalloc.
+    EXPECT_GE(after.allocs - before.allocs, 2 * model.inputs.size() + 2);
+    EXPECT_EQ(after.failed_allocs, 0u);
+    EXPECT_EQ(after.foreign_frees, 0u);
+    EXPECT_GT(allocator.stats().peak_live_bytes, 0u);
+    allocator.pool().check_invariants();
+  }
+  // The session freed everything it took.
+  EXPECT_EQ(allocator.counters().outstanding, 0u);
+  EXPECT_EQ(allocator.stats().live_bytes, 0u);
+}
+
+TEST_P(OrtSession, VirtualMemoryPoolServesTheSessionBitEqual) {
+  const Model model = read_model(models_dir(), GetParam());
+  const std::vector<std::uint8_t> expected = ort_default_output(model);
+  HostVirtualMemory memory;
+  OrtPoolAllocator allocator(std::make_shared<PoolOf<VirtualMemoryPool>>(memory));
+  OrtEnvAllocator registered(test_env(), allocator);
+  ModelRunner runner(test_env(), model, sdalloc_settings());
+  RunResult r = runner.run();
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.output, expected);
+  EXPECT_GT(allocator.counters().allocs, 0u);
+}
+
+TEST_P(OrtSession, PlannedRunsAreServedFromTheArenaBitEqual) {
+  const Model model = read_model(models_dir(), GetParam());
+  const std::vector<std::uint8_t> expected = ort_default_output(model);
+  OrtPoolAllocator allocator(std::make_shared<PoolOf<PlannedArena>>(host()));
+  OrtEnvAllocator registered(test_env(), allocator);
+  ModelRunner runner(test_env(), model, sdalloc_settings());
+  PlannedSession planned(runner.session(), allocator);
+  for (int i = 0; i < 4; ++i) {
+    RunResult r = runner.run(&planned, /*keep_output=*/i % 2 == 0);
+    ASSERT_EQ(r.error, "");
+    EXPECT_EQ(r.output, expected) << "run " << i;
+  }
+  runner.release_outputs();
+  const PlannedArenaCounters c = planned.arena().counters();
+  EXPECT_EQ(c.recorded_steps, 1u);
+  EXPECT_EQ(c.planned_steps, 3u);
+  EXPECT_EQ(c.divergent_steps, 0u);
+  EXPECT_GT(c.planned_allocations, 0u);
+  EXPECT_TRUE(planned.arena().has_plan());
+  planned.arena().check_invariants();
+}
+
+INSTANTIATE_TEST_SUITE_P(TorchExported, OrtSession, ::testing::Values("small_unet", "resnet18"));
+
+TEST(OrtSessionStats, GetStatsReportsOrtArenaKeysFromThePool) {
+  const Model model = read_model(models_dir(), "small_unet");
+  OrtPoolAllocator allocator(std::make_shared<PoolOf<CachingPool>>(host()));
+  OrtEnvAllocator registered(test_env(), allocator);
+  ModelRunner runner(test_env(), model, sdalloc_settings());
+  ASSERT_EQ(runner.run().error, "");
+
+  const OrtApi& api = ort_api();
+  OrtKeyValuePairs* kvps = nullptr;
+  ASSERT_EQ(api.AllocatorGetStats(allocator.get(), &kvps), nullptr);
+  const auto value = [&](const char* key) -> std::string {
+    const char* v = api.GetKeyValue(kvps, key);
+    return v != nullptr ? v : "(absent)";
+  };
+  const PoolStats s = allocator.stats();
+  const OrtPoolAllocatorCounters c = allocator.counters();
+  EXPECT_EQ(value("Limit"), "-1");
+  EXPECT_EQ(value("InUse"), std::to_string(s.live_bytes));
+  EXPECT_EQ(value("TotalAllocated"), std::to_string(s.reserved_bytes));
+  EXPECT_EQ(value("MaxInUse"), std::to_string(s.peak_live_bytes));
+  EXPECT_EQ(value("NumAllocs"), std::to_string(c.allocs));
+  EXPECT_EQ(value("NumReserves"), std::to_string(c.reserves));
+  EXPECT_EQ(value("NumArenaExtensions"), std::to_string(s.segment_allocations));
+  EXPECT_EQ(value("NumArenaShrinkages"), std::to_string(s.segment_releases));
+  EXPECT_EQ(value("MaxAllocSize"), std::to_string(c.max_alloc_size));
+  EXPECT_EQ(value("sdalloc.Pool"), allocator.pool().name());
+  EXPECT_NE(value("NumAllocs"), "0");
+  api.ReleaseKeyValuePairs(kvps);
+}
+
+}  // namespace
+}  // namespace sdalloc::onnxruntime
