@@ -72,6 +72,9 @@ struct PlanProgress {
   std::uint64_t best_arena;  // best plan so far
   std::uint64_t lower_bound;
   std::uint64_t nodes;  // search nodes visited
+  // The capacity the search is looking for a plan within now: the one asked for or,
+  // without, the arena being probed (the lower bound first, then bisection targets).
+  std::uint64_t probing = 0;
 };
 
 struct PlannerOptions {
