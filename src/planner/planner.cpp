@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <limits>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -25,6 +27,27 @@ using Clock = std::chrono::steady_clock;
 constexpr double kBoundProbeShare = 0.3;
 constexpr double kBisectProbeShare = 0.25;
 constexpr std::chrono::milliseconds kMinimumProbe{50};
+
+// The greatest common divisor of the sizes and of the alignments above 1: offsets built
+// from sums of sizes, each rounded up to an alignment, stay multiples of it.
+std::uint64_t arena_step(std::span<const Buffer> buffers) {
+  std::uint64_t step = 0;
+  for (const Buffer& b : buffers) {
+    step = std::gcd(step, b.size);
+    if (b.alignment > 1) step = std::gcd(step, b.alignment);
+  }
+  return std::max<std::uint64_t>(step, 1);
+}
+
+// value rounded up to a multiple of step, saturating (an arena that large is no target).
+std::uint64_t next_multiple(std::uint64_t value, std::uint64_t step) {
+  const std::uint64_t rest = value % step;
+  if (rest == 0) return value;
+  const std::uint64_t gap = step - rest;
+  return value > std::numeric_limits<std::uint64_t>::max() - gap
+             ? std::numeric_limits<std::uint64_t>::max()
+             : value + gap;
+}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -134,14 +157,19 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
       probe(options.capacity, deadline);
     } else if (!probe(result.lower_bound, share_of_time_left(kBoundProbeShare))) {
       // The bound first: the search is at its most pruned there, and the bound is often
-      // reachable (8 of MiniMalloc's 11 challenging instances). Then bisect between the
-      // lowest arena not yet ruled out and the best plan. A probe that runs out of time
-      // proves nothing but moves the bisection up; one that exhausts its space proves
-      // that bound; one that finds a plan brings the best down to that plan's arena.
-      std::uint64_t low = std::max(proven_below, result.lower_bound + 1);
+      // reachable (8 of MiniMalloc's 11 challenging instances).
+      // Then bisect between the lowest arena not ruled out and the best plan. Every plan
+      // the search builds has its offsets and arena in multiples of `step`, so the targets
+      // are too. A probe that runs out of time proves nothing but moves the bisection up;
+      // one that exhausts its space proves that bound; one that finds a plan brings the
+      // best down to that plan's arena (often below the target).
+      const std::uint64_t step = arena_step(buffers);
+      std::uint64_t low = next_multiple(proven_below, step);
       while (low < result.plan.arena_size && Clock::now() < deadline) {
-        const std::uint64_t target = low + (result.plan.arena_size - 1 - low) / 2;
-        if (!probe(target, share_of_time_left(kBisectProbeShare))) low = target + 1;
+        const std::uint64_t steps = (result.plan.arena_size - low) / step;
+        if (steps == 0) break;  // no multiple of step between low and the best
+        const std::uint64_t target = low + (steps - 1) / 2 * step;
+        if (!probe(target, share_of_time_left(kBisectProbeShare))) low = target + step;
       }
     }
     result.search_nodes = nodes;
