@@ -263,15 +263,19 @@ class ComponentSearch {
       total_[s] -= item.size;
     }
     // Section inference: a section's floor is at least the lowest offset any of its
-    // unplaced buffers can still take. The scan stops at the first one at or below the
-    // floor (the floor stays): usually an early one, as every unplaced buffer of the
-    // section conflicts with the one just placed there.
+    // unplaced buffers can still take. The scan stops at the first one at or below
+    // max(floor, capacity - unplaced bytes): the floor is then left as it is, which prunes
+    // exactly what the lowest offset would, here and below (there the unplaced bytes only
+    // shrink, and a rise of the lowest offset is a rise of some buffer's, which rescans).
     for (std::uint32_t s = affected_begin; s < affected_end; ++s) {
+      const std::uint64_t room = total_[s] < capacity_ ? capacity_ - total_[s] : 0;
+      const std::uint64_t enough = std::max(floor_[s], room);
       std::uint64_t lowest = std::numeric_limits<std::uint64_t>::max();
       for (const std::uint32_t m : unplaced_[s]) {
         lowest = std::min(lowest, min_offset_[m]);
-        if (lowest <= floor_[s]) break;
+        if (lowest <= enough) break;
       }
+      if (lowest <= enough) continue;
       if (lowest != std::numeric_limits<std::uint64_t>::max() && floor_[s] < lowest) {
         saved_floors_.emplace_back(s, floor_[s]);
         floor_[s] = lowest;
