@@ -11,7 +11,9 @@
 //                      floor (the lowest offset still usable: the top of what is placed, or
 //                      the lowest offset any unplaced buffer crossing it can take, if
 //                      higher) plus the bytes of its unplaced buffers must fit the capacity,
-//                      and no later buffer goes below the current offset;
+//                      and no later buffer goes below the current offset (each section
+//                      keeps a list of its unplaced buffers, so the floor's scan skips the
+//                      placed ones, and stops once the floor could not prune);
 //   dominance          a candidate above the top of some unplaced buffer placed as low as it
 //                      can go would leave a gap under that buffer: skipped;
 //   hatless buffers    a buffer no unplaced buffer shares time with constrains nothing; if
