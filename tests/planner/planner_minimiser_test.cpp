@@ -53,13 +53,13 @@ TEST(PlannerMinimiser, ReachesAReachableBoundByProbingItFirst) {
 }
 
 TEST(PlannerMinimiser, ReportsTheCapacityItProbes) {
-  // D's bound is out of reach in this time: the bound probe (30% of 2 s) is followed by
+  // D's bound is out of reach in this time: the bound probe (30% of 1.5 s) is followed by
   // bisection probes, each between the bound and the best plan then, and on D's 1 KiB grid
   // (every size is a multiple of 1024, so every arena the search builds is).
   const std::vector<Buffer> buffers = instance("D");
   std::vector<PlanProgress> reports;
   const PlanResult result = plan(
-      buffers, PlannerOptions{.time_limit_seconds = 2.0,
+      buffers, PlannerOptions{.time_limit_seconds = 1.5,
                               .progress = [&](const PlanProgress& p) { reports.push_back(p); }});
   ASSERT_FALSE(reports.empty());
   for (const PlanProgress& report : reports) {
