@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "sdalloc/core/errors.hpp"
 #include "sdalloc/planner/planner.hpp"
 
 namespace sdalloc {
@@ -73,6 +75,53 @@ TEST(PlannerMinimiser, ReportsTheCapacityItProbes) {
                               .progress = [&](const PlanProgress& p) { reports.push_back(p); }});
   ASSERT_FALSE(with_capacity.fits);
   EXPECT_EQ(reports.back().probing, result.lower_bound);
+}
+
+TEST(PlannerMinimiser, HugeSizesPlanWithoutWrapping) {
+  // Sizes of 2^59 and 2^60, so the grid of arenas has steps of 2^59 and at most about 30
+  // buffers may live at once: the bisection and sweep targets and their step counts are
+  // near 2^64 - 1, and greedy misses the bound often enough for the search to run.
+  std::mt19937_64 rng(17);
+  std::uniform_int_distribution<std::int64_t> start(0, 199);
+  std::uniform_int_distribution<std::int64_t> length(1, 40);
+  std::uniform_int_distribution<int> shift(59, 60);
+  int searched = 0;
+  for (int round = 0; round < 8; ++round) {
+    std::vector<Buffer> buffers;
+    for (std::uint64_t i = 0; i < 80; ++i) {
+      const std::int64_t lower = start(rng);
+      buffers.push_back(Buffer{.id = i,
+                               .lower = lower,
+                               .upper = lower + length(rng),
+                               .size = std::uint64_t{1} << shift(rng)});
+      try {
+        lower_bound(buffers);
+      } catch (const InvalidArgument&) {
+        buffers.pop_back();  // the bytes live at once would pass 2^64 - 1
+      }
+    }
+    const PlanResult result = plan(buffers, PlannerOptions{.time_limit_seconds = 0.2});
+    EXPECT_NO_THROW(validate(buffers, result.plan)) << round;
+    EXPECT_GE(result.plan.arena_size, result.lower_bound) << round;
+    EXPECT_EQ(result.plan.arena_size % (std::uint64_t{1} << 59), 0u) << round;
+    if (result.search_nodes > 0) ++searched;
+  }
+  EXPECT_GT(searched, 0) << "greedy reached the bound every time: the search never ran";
+}
+
+TEST(PlannerMinimiser, MiniMallocDScaledNearTwoToThe64PlansWithoutWrapping) {
+  // D with every size times 2^43: the bound (about 0.47 x 2^64) is out of reach, so the
+  // bisection and the sweeps run, with targets and steps (2^53) near 2^63.
+  std::vector<Buffer> buffers = instance("D");
+  for (Buffer& b : buffers) b.size <<= 43;
+  const PlanResult greedy = plan(buffers, PlannerOptions{.use_search = false});
+  const PlanResult result = plan(buffers, PlannerOptions{.time_limit_seconds = 1.0});
+  EXPECT_NO_THROW(validate(buffers, result.plan));
+  EXPECT_EQ(result.lower_bound, lower_bound(instance("D")) << 43);
+  EXPECT_LT(result.plan.arena_size, greedy.plan.arena_size);
+  EXPECT_GE(result.plan.arena_size, result.lower_bound);
+  EXPECT_EQ(result.plan.arena_size % (std::uint64_t{1} << 53), 0u);
+  EXPECT_TRUE(result.timed_out);
 }
 
 }  // namespace
