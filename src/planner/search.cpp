@@ -11,7 +11,9 @@
 //                      floor (the lowest offset still usable: the top of what is placed, or
 //                      the lowest offset any unplaced buffer crossing it can take, if
 //                      higher) plus the bytes of its unplaced buffers must fit the capacity,
-//                      and no later buffer goes below the current offset;
+//                      and no later buffer goes below the current offset (each section
+//                      keeps a list of its unplaced buffers, so the floor's scan skips the
+//                      placed ones, and stops once the floor could not prune);
 //   dominance          a candidate above the top of some unplaced buffer placed as low as it
 //                      can go would leave a gap under that buffer: skipped;
 //   hatless buffers    a buffer no unplaced buffer shares time with constrains nothing; if
@@ -72,18 +74,25 @@ class ComponentSearch {
         deadline_(deadline),
         tick_(tick),
         nodes_(nodes),
-        members_(sections),
+        unplaced_(sections),
+        slot_base_(items.size(), 0),
         floor_(sections, 0),
         total_(sections, 0),
         cuts_(sections, 0),
         min_offset_(items.size(), 0),
         position_(items.size(), kUnplaced),
         solution_(items.size(), 0),
-        rank_(items.size(), 0),
-        affected_stamp_(sections, 0) {
+        rank_(items.size(), 0) {
+    std::size_t slots = 0;
+    for (std::uint32_t i = 0; i < items_.size(); ++i) {
+      slot_base_[i] = slots;
+      slots += items_[i].end_section - items_[i].first_section;
+    }
+    slot_.resize(slots);
     for (std::uint32_t i = 0; i < items_.size(); ++i) {
       for (std::uint32_t s = items_[i].first_section; s < items_[i].end_section; ++s) {
-        members_[s].push_back(i);
+        slot_of(i, s) = static_cast<std::uint32_t>(unplaced_[s].size());
+        unplaced_[s].push_back(i);
         total_[s] += items_[i].size;
       }
       for (std::uint32_t s = items_[i].first_section; s + 1 < items_[i].end_section; ++s) {
@@ -109,6 +118,38 @@ class ComponentSearch {
 
  private:
   static constexpr std::uint64_t kUnplaced = std::numeric_limits<std::uint64_t>::max();
+
+  std::uint32_t& slot_of(std::uint32_t i, std::uint32_t s) {
+    return slot_[slot_base_[i] + (s - items_[i].first_section)];
+  }
+
+  // Takes buffer i out of its sections' unplaced lists (its slots keep where it was).
+  void take_out(std::uint32_t i) {
+    for (std::uint32_t s = items_[i].first_section; s < items_[i].end_section; ++s) {
+      std::vector<std::uint32_t>& list = unplaced_[s];
+      const std::uint32_t k = slot_of(i, s);
+      const std::uint32_t moved = list.back();
+      list[k] = moved;
+      slot_of(moved, s) = k;
+      list.pop_back();
+    }
+  }
+
+  // Undoes take_out(i); the lists must be as take_out(i) left them.
+  void put_back(std::uint32_t i) {
+    for (std::uint32_t s = items_[i].first_section; s < items_[i].end_section; ++s) {
+      std::vector<std::uint32_t>& list = unplaced_[s];
+      const std::uint32_t k = slot_of(i, s);
+      if (k == list.size()) {
+        list.push_back(i);
+        continue;
+      }
+      const std::uint32_t moved = list[k];
+      slot_of(moved, s) = static_cast<std::uint32_t>(list.size());
+      list.push_back(moved);
+      list[k] = i;
+    }
+  }
 
   // Static order of a partition's buffers, from the section totals as they are now: the
   // rank breaks ties between buffers that can go at the same offset.
@@ -155,23 +196,32 @@ class ComponentSearch {
     if (node_budget_ == 0) return Outcome::kOutOfNodes;
     --node_budget_;
     if (out_of_time()) return Outcome::kOutOfTime;
-    // The unplaced buffers by (lowest offset, rank).
-    // (offset, rank, buffer)
-    std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> candidates;
-    candidates.reserve(part.members.size());
+    // The unplaced buffers that may go next, by (lowest offset, rank): only those below
+    // every unplaced buffer's top (dominance: one that could sit wholly below this offset
+    // would leave a gap under it in any plan that continues from here) and not below the
+    // last placement.
     std::uint64_t min_height = std::numeric_limits<std::uint64_t>::max();
+    bool any_unplaced = false;
     for (const std::uint32_t i : part.members) {
       if (position_[i] != kUnplaced) continue;
-      candidates.emplace_back(min_offset_[i], rank_[i], i);
+      any_unplaced = true;
       min_height = std::min(min_height, saturating_add(min_offset_[i], items_[i].size));
     }
-    if (candidates.empty()) return Outcome::kFound;
+    if (!any_unplaced) return Outcome::kFound;
+    // (offset, rank, buffer)
+    std::vector<std::tuple<std::uint64_t, std::uint32_t, std::uint32_t>> candidates;
+    for (const std::uint32_t i : part.members) {
+      if (position_[i] != kUnplaced) continue;
+      const std::uint64_t offset = min_offset_[i];
+      if (offset >= min_height || offset < last || (offset == last && rank_[i] < last_rank)) {
+        continue;
+      }
+      candidates.emplace_back(offset, rank_[i], i);
+    }
     std::sort(candidates.begin(), candidates.end());
-    for (const auto& [offset, rank, chosen] : candidates) {
-      // Dominance: a buffer that could sit wholly below this offset would leave a gap
-      // under it in any plan that continues from here.
-      if (offset >= min_height) break;
-      if (offset < last || (offset == last && rank < last_rank)) continue;
+    for (const auto& candidate : candidates) {
+      const std::uint64_t offset = std::get<0>(candidate);
+      const std::uint32_t chosen = std::get<2>(candidate);
       bool hatless = false;
       const Outcome outcome = try_place(part, chosen, offset, hatless);
       if (outcome != Outcome::kInfeasible) return outcome;
@@ -188,10 +238,14 @@ class ComponentSearch {
     const std::uint64_t top = saturating_add(offset, item.size);
     position_[chosen] = offset;
     solution_[chosen] = offset;
+    take_out(chosen);
     const std::size_t offsets_saved = saved_offsets_.size();
     const std::size_t floors_saved = saved_floors_.size();
-    ++stamp_;
-    std::vector<std::uint32_t> affected;
+    // The sections whose floor may rise: those of the buffers raised, which all share time
+    // with the chosen one, so together with its own they are one run of sections.
+    std::uint32_t affected_begin = item.first_section;
+    std::uint32_t affected_end = item.end_section;
+    bool any_raised = false;
     hatless = true;
     for (const std::uint32_t c : item.conflicts) {
       if (position_[c] != kUnplaced) continue;
@@ -200,25 +254,30 @@ class ComponentSearch {
       if (min_offset_[c] >= raised) continue;
       saved_offsets_.emplace_back(c, min_offset_[c]);
       min_offset_[c] = raised;
-      for (std::uint32_t s = items_[c].first_section; s < items_[c].end_section; ++s) {
-        if (affected_stamp_[s] != stamp_) {
-          affected_stamp_[s] = stamp_;
-          affected.push_back(s);
-        }
-      }
+      any_raised = true;
+      affected_begin = std::min(affected_begin, items_[c].first_section);
+      affected_end = std::max(affected_end, items_[c].end_section);
     }
+    if (!any_raised) affected_end = affected_begin;
     for (std::uint32_t s = item.first_section; s < item.end_section; ++s) {
       saved_floors_.emplace_back(s, floor_[s]);
       floor_[s] = top;
       total_[s] -= item.size;
     }
     // Section inference: a section's floor is at least the lowest offset any of its
-    // unplaced buffers can still take.
-    for (const std::uint32_t s : affected) {
+    // unplaced buffers can still take. The scan stops at the first one at or below
+    // max(floor, capacity - unplaced bytes): the floor is then left as it is, which prunes
+    // exactly what the lowest offset would, here and below (there the unplaced bytes only
+    // shrink, and a rise of the lowest offset is a rise of some buffer's, which rescans).
+    for (std::uint32_t s = affected_begin; s < affected_end; ++s) {
+      const std::uint64_t room = total_[s] < capacity_ ? capacity_ - total_[s] : 0;
+      const std::uint64_t enough = std::max(floor_[s], room);
       std::uint64_t lowest = std::numeric_limits<std::uint64_t>::max();
-      for (const std::uint32_t m : members_[s]) {
-        if (position_[m] == kUnplaced) lowest = std::min(lowest, min_offset_[m]);
+      for (const std::uint32_t m : unplaced_[s]) {
+        lowest = std::min(lowest, min_offset_[m]);
+        if (lowest <= enough) break;
       }
+      if (lowest <= enough) continue;
       if (lowest != std::numeric_limits<std::uint64_t>::max() && floor_[s] < lowest) {
         saved_floors_.emplace_back(s, floor_[s]);
         floor_[s] = lowest;
@@ -247,6 +306,7 @@ class ComponentSearch {
       saved_offsets_.pop_back();
     }
     position_[chosen] = kUnplaced;
+    put_back(chosen);
     return outcome;
   }
 
@@ -295,17 +355,20 @@ class ComponentSearch {
   const std::function<void(std::uint64_t)>& tick_;
   std::uint64_t& nodes_;
   std::uint64_t node_budget_ = 0;
-  std::vector<std::vector<std::uint32_t>> members_;  // per section: buffers crossing it
-  std::vector<std::uint64_t> floor_;                 // per section: lowest offset still free
-  std::vector<std::uint64_t> total_;                 // per section: bytes of unplaced buffers
+  // Per section: the unplaced buffers crossing it, in no order; slot_ holds each buffer's
+  // place in the lists of its sections (from slot_base_), so that placing and unplacing
+  // are swaps, undone in reverse.
+  std::vector<std::vector<std::uint32_t>> unplaced_;
+  std::vector<std::size_t> slot_base_;
+  std::vector<std::uint32_t> slot_;
+  std::vector<std::uint64_t> floor_;       // per section: lowest offset still free
+  std::vector<std::uint64_t> total_;       // per section: bytes of unplaced buffers
   std::vector<std::uint32_t> cuts_;        // per section: unplaced buffers crossing its end
   std::vector<std::uint64_t> min_offset_;  // per buffer: lowest offset it can still take
   std::vector<std::uint64_t> position_;    // per buffer: placed offset, or kUnplaced
   std::vector<std::uint64_t> solution_;    // per buffer: offset in the plan found
   std::vector<std::uint32_t> rank_;        // per buffer: place in the static order
   Preorder preorder_ = Preorder::kWidthAreaTotal;
-  std::vector<std::uint64_t> affected_stamp_;
-  std::uint64_t stamp_ = 0;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> saved_offsets_;  // undo logs
   std::vector<std::pair<std::uint32_t, std::uint64_t>> saved_floors_;
 };

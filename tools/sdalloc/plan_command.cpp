@@ -62,9 +62,10 @@ int PlanCommand::run() const {
   planner_options.capacity = options.capacity;
   planner_options.time_limit_seconds = options.time_limit;
   planner_options.progress = [](const sdalloc::PlanProgress& progress) {
-    std::fprintf(stderr, "  %6.1f s  best arena %llu  lower bound %llu  %llu nodes\n",
+    std::fprintf(stderr, "  %6.1f s  best arena %llu  lower bound %llu  probing %llu  %llu nodes\n",
                  progress.seconds, static_cast<unsigned long long>(progress.best_arena),
                  static_cast<unsigned long long>(progress.lower_bound),
+                 static_cast<unsigned long long>(progress.probing),
                  static_cast<unsigned long long>(progress.nodes));
   };
   const sdalloc::PlanResult result = sdalloc::plan(buffers, planner_options);

@@ -18,7 +18,9 @@
 // best plan found, validated. Greedy placement finds each buffer's placed conflicts in an
 // interval index, O((log n + k) log k) for k conflicts, so 10^6 short-lived buffers plan in
 // about a second of CPU time. With a capacity it looks for a plan that fits and stops as
-// soon as it has one; without, it minimises the arena down to lower_bound().
+// soon as it has one; without, it minimises the arena: a search within lower_bound() first,
+// then a bisection and short probes just below the best plan (docs/planner.md), stopping
+// at the bound or the time limit.
 //
 // Errors: malformed input (upper <= lower, a time outside [-kMaxTime, kMaxTime], size 0,
 // alignment not a power of two, duplicate ids) is an InvalidArgument naming the buffer; so
@@ -72,6 +74,9 @@ struct PlanProgress {
   std::uint64_t best_arena;  // best plan so far
   std::uint64_t lower_bound;
   std::uint64_t nodes;  // search nodes visited
+  // The capacity the search is looking for a plan within now: the one asked for or,
+  // without, the arena being probed (the lower bound first, then bisection targets).
+  std::uint64_t probing = 0;
 };
 
 struct PlannerOptions {
