@@ -140,7 +140,7 @@ typedef struct sdalloc_pool_config_t {
   /* Smallest segment asked for; a multiple of segment_granularity. Default 2 MiB. */
   size_t min_segment_size;
   /* Requests of at least this many bytes get a segment of their own, reused only by
-   * requests of about the same size. At least segment_granularity. Default 128 MiB. */
+   * requests of about the same size. At least segment_granularity. Default 8 MiB. */
   size_t huge_threshold;
   /* Before a growth that would raise reserved bytes above their previous peak, return
    * wholly free segments to the resource first. Default true. */

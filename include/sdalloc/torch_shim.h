@@ -45,7 +45,7 @@
  *                          (backend:host: of `capacity`, which it then requires)
  *   granularity            segment granularity (default 2MiB)
  *   min_segment            smallest segment (default 2MiB)
- *   huge_threshold         requests this big get a segment of their own (default 128MiB)
+ *   huge_threshold         requests this big get a segment of their own (default 8MiB)
  *   initial_reservation    one segment taken at the pool's creation and kept (default 0)
  *   release_before_growth  true|false (default true)
  *   consolidate            true|false (default true)

@@ -163,6 +163,9 @@ class alignas(64) PoolShard {
   std::vector<PendingFree> pending;
   ShardFigures figures;
   bool churned = false;  // released segments to grow since the last consolidation
+  // The shard became empty while it wants consolidating: done at its next allocation, not
+  // at the free (a pool whose last tensor dies at exit must not take a new arena).
+  bool consolidation_due = false;
 };
 
 template <class Ready>

@@ -132,7 +132,7 @@ static void config_init_fills_the_defaults(void) {
   CHECK(config.initial_reservation == 0);
   CHECK(config.segment_granularity == 2 * MIB);
   CHECK(config.min_segment_size == 2 * MIB);
-  CHECK(config.huge_threshold == 128 * MIB);
+  CHECK(config.huge_threshold == 8 * MIB);
   CHECK(config.release_cached_before_growth == true);
   CHECK(config.consolidate_when_empty == true);
   CHECK(config.replan_after_divergent_steps == 3);

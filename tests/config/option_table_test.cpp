@@ -76,7 +76,7 @@ TEST(OptionTable, ASharedRowAcceptsOnlyTheModesItsFrontEndServes) {
 TEST(OptionTable, FormatWritesEveryKeyInTableOrderAndLeavesOutUnsetText) {
   EXPECT_EQ(table().format(MallocConf{}),
             "mode:pool,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,min_segment:2MiB,"
-            "huge_threshold:128MiB,initial_reservation:0B,release_before_growth:true,"
+            "huge_threshold:8MiB,initial_reservation:0B,release_before_growth:true,"
             "consolidate:true,threshold:64KiB,report:false");
 }
 
@@ -228,7 +228,7 @@ TEST(PoolConf, AGranularityAloneRaisesMinSegmentAndHugeThreshold) {
   EXPECT_EQ(c.pool.huge_threshold, std::size_t{256} << 20);
   const MallocConf small = table().parse("granularity:4MiB");
   EXPECT_EQ(small.pool.min_segment_size, std::size_t{4} << 20);
-  EXPECT_EQ(small.pool.huge_threshold, std::size_t{128} << 20);  // already a multiple
+  EXPECT_EQ(small.pool.huge_threshold, std::size_t{8} << 20);  // already a multiple
 }
 
 TEST(PoolConf, AGivenMinSegmentIsNotRaisedAndIsChecked) {

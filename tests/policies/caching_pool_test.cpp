@@ -243,16 +243,55 @@ void churning_iteration(CachingPool& pool) {
 TEST_F(CachingPoolTest, ConsolidatesAChurningStreamIntoOneArena) {
   CachingPool pool(upstream_);
   churning_iteration(pool);
+  // The stream is empty: consolidation is due, and happens at its next allocation.
+  EXPECT_EQ(pool.stats().consolidations, 0u);
+  void* next = pool.allocate(1 * MiB);
   PoolStats s = pool.stats();
   EXPECT_EQ(s.consolidations, 1u);
   EXPECT_EQ(s.segments, 1u);
   EXPECT_EQ(s.reserved_bytes, 8 * MiB);  // the peak footprint: 2 + 6 MiB
+  pool.free(next);
   const std::uint64_t calls = upstream_.stats().allocations;
   for (int i = 0; i < 3; ++i) churning_iteration(pool);
   s = pool.stats();
   EXPECT_EQ(upstream_.stats().allocations, calls) << "later iterations run in the arena";
   EXPECT_EQ(s.consolidations, 1u);
   EXPECT_EQ(s.peak_reserved_bytes, 8 * MiB);
+  pool.check_invariants();
+}
+
+// Issue 17: the free that empties a churned pool is often its last (the process exits, or
+// the user dropped the pipeline). Consolidating there returned every segment and took a
+// peak-sized one that nobody would use; it waits for the next allocation instead.
+TEST_F(CachingPoolTest, TheLastFreeOfAChurnedPoolTakesNoNewSegment) {
+  const std::uint64_t before_allocations = upstream_.stats().allocations;
+  {
+    CachingPool pool(upstream_);
+    churning_iteration(pool);
+    const std::uint64_t taken = upstream_.stats().allocations;
+    const PoolStats s = pool.stats();
+    EXPECT_EQ(s.consolidations, 0u);
+    EXPECT_EQ(s.segments, 2u) << "the segments stay as they were until the pool is used";
+    EXPECT_EQ(upstream_.stats().allocations, taken);
+    pool.check_invariants();
+  }
+  // 2 MiB for x, 4 MiB for a, 6 MiB for c: no arena at the end, at the free or at exit.
+  EXPECT_EQ(upstream_.stats().allocations - before_allocations, 3u);
+  EXPECT_EQ(upstream_.stats().current_bytes, 0u);
+}
+
+TEST_F(CachingPoolTest, TrimOfAPoolWithConsolidationDueReleasesAndTakesNothing) {
+  CachingPool pool(upstream_);
+  churning_iteration(pool);
+  const std::uint64_t taken = upstream_.stats().allocations;
+  EXPECT_EQ(pool.trim(), 8 * MiB);
+  EXPECT_EQ(upstream_.stats().allocations, taken);
+  EXPECT_EQ(pool.stats().reserved_bytes, 0u);
+  // Nothing is left to consolidate: the next allocation takes one segment of its own size.
+  void* p = pool.allocate(1 * MiB);
+  EXPECT_EQ(pool.stats().consolidations, 0u);
+  EXPECT_EQ(pool.stats().reserved_bytes, 2 * MiB);
+  pool.free(p);
   pool.check_invariants();
 }
 

@@ -95,6 +95,35 @@ TEST(Cli, BadUsageExitsWithStatusTwo) {
   EXPECT_EQ(run_cli(dir, "").status, 2);  // a command is required
 }
 
+// --pool-conf: the pool's options in SDALLOC_CONF's spelling. Without consolidation the
+// ResNet trace's second forward churns segments again, so the counts differ; a key that is
+// not a pool row, or a bad value, is bad usage.
+TEST(Cli, PoolConfSetsThePoolsOptionsAndRejectsWhatItDoesNotKnow) {
+  TempDir dir;
+  const std::string json_default = dir.file("default.json");
+  const std::string json_conf = dir.file("conf.json");
+  const CliRun plain = run_cli(
+      dir, "replay -q -a pool --passes 1 --json '" + json_default + "' '" + resnet_trace() + "'");
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  const CliRun conf = run_cli(dir,
+                              "replay -q -a pool --passes 1 --pool-conf "
+                              "huge_threshold:128MiB,consolidate:false --json '" +
+                                  json_conf + "' '" + resnet_trace() + "'");
+  ASSERT_EQ(conf.status, 0) << conf.err;
+  const auto a = nlohmann::json::parse(test::read_file(json_default));
+  const auto b = nlohmann::json::parse(test::read_file(json_conf));
+  EXPECT_NE(a["results"][0]["counters"], b["results"][0]["counters"]);
+  const CliRun unknown =
+      run_cli(dir, "replay -q -a pool --pool-conf threshold:1MiB '" + resnet_trace() + "'");
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_TRUE(Contains(unknown.err, "--pool-conf")) << unknown.err;
+  EXPECT_TRUE(Contains(unknown.err, "threshold")) << unknown.err;
+  const CliRun bad =
+      run_cli(dir, "replay -q -a pool --pool-conf granularity:3KiB '" + resnet_trace() + "'");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_TRUE(Contains(bad.err, "segment_granularity must be a power of two")) << bad.err;
+}
+
 TEST(Cli, MissingTraceFileExitsWithStatusOne) {
   TempDir dir;
   const CliRun run = run_cli(dir, "replay -a pool '" + dir.file("absent.csv") + "'");

@@ -27,7 +27,7 @@ std::string parse_error(std::string_view text) {
 
 constexpr const char* kDefaults =
     "backend:cuda,mode:pool,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,"
-    "min_segment:2MiB,huge_threshold:128MiB,initial_reservation:0B,"
+    "min_segment:2MiB,huge_threshold:8MiB,initial_reservation:0B,"
     "release_before_growth:true,consolidate:true";
 
 TEST(ShimConfig, EveryRowsDefaultTextParsesBackToTheDefault) {
@@ -52,7 +52,7 @@ TEST(ShimConfig, EverySettingSurvivesFormatThenParse) {
   const std::string text = format_shim_config(c);
   EXPECT_EQ(text,
             "backend:host,mode:planned,capacity:1GiB,memory_fraction:0.25,replan_after:5,"
-            "max_plans:2,granularity:4MiB,min_segment:4MiB,huge_threshold:128MiB,"
+            "max_plans:2,granularity:4MiB,min_segment:4MiB,huge_threshold:8MiB,"
             "initial_reservation:8MiB,release_before_growth:false,consolidate:false");
   const ShimConfig back = parse_shim_config(text);
   EXPECT_EQ(back.backend, Backend::kHost);

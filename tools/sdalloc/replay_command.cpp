@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "config/pool_conf.hpp"
 #include "replay/html_report.hpp"
 #include "replay/replay_output.hpp"
 #include "sdalloc/core/errors.hpp"
@@ -26,6 +27,17 @@ std::string numbered_path(const std::string& path, std::size_t index) {
 }
 
 }  // namespace
+
+CachingPoolOptions parse_pool_conf(std::string_view text) {
+  using config::PoolConf;
+  static const config::OptionTable<PoolConf> table(
+      "--pool-conf", config::pool_options({config::kModePool}),
+      [](PoolConf& conf, const config::KeySet& given) {
+        config::raise_to_granularity(conf, given);
+        config::validate_pool_conf("--pool-conf", conf);
+      });
+  return table.parse(text).pool;
+}
 
 void ReplayCommand::add_to(CLI::App& app) {
   CLI::App* replay = app.add_subcommand(
@@ -74,6 +86,22 @@ void ReplayCommand::add_to(CLI::App& app) {
                    "pool: never release cached segments to grow (release only on OOM)");
   replay->add_flag("--pool-no-consolidation", options.replay.target.pool_no_consolidation,
                    "pool: keep a churning stream's segments instead of one arena");
+  replay
+      ->add_option("--pool-conf", options.pool_conf,
+                   "pool (and planned's fallback): CachingPool options in SDALLOC_CONF's "
+                   "spelling, e.g. huge_threshold:128MiB,consolidate:false (keys: granularity, "
+                   "min_segment, huge_threshold, initial_reservation, release_before_growth, "
+                   "consolidate)")
+      ->check(
+          [](const std::string& text) -> std::string {
+            try {
+              static_cast<void>(parse_pool_conf(text));
+            } catch (const InvalidArgument& e) {
+              return e.what();
+            }
+            return {};
+          },
+          "CONF");
   replay->add_flag("--quiet,-q", options.quiet, "no progress lines on stderr");
   subcommand = replay;
 }
@@ -84,6 +112,7 @@ int ReplayCommand::run() const {
   replay::ReplayOptions replay_options = options.replay;
   replay_options.allocators = split_list(options.allocators);
   replay_options.progress = !options.quiet;
+  replay_options.target.pool = parse_pool_conf(options.pool_conf);
   int status = 0;
   for (std::size_t t = 0; t < traces.size(); ++t) {
     const TraceInput input = read_trace_input(traces[t]);

@@ -3,7 +3,8 @@
 //
 //     sdalloc replay [TRACE...] [--allocator LIST] [--passes N] [--capacity BYTES]
 //                    [--min-capacity] [--touch] [--json FILE] [--report FILE.html]
-//                    [--huge-pages] [--pool-keep-cache] [--pool-no-consolidation] [--quiet]
+//                    [--huge-pages] [--pool-keep-cache] [--pool-no-consolidation]
+//                    [--pool-conf KEY:VALUE,...] [--quiet]
 //
 // TRACE: an event trace or an RMM log, plain or gzip, "-" for standard input (PyTorch
 // snapshots: convert them with tools/torch_snapshot_to_trace.py first); without TRACE the
@@ -20,11 +21,14 @@
 // error writing output, 2 bad usage, 3 an allocator ran out of memory (under --capacity, or
 // a request beyond what the machine has), 4 an allocator failed for another reason (an
 // error from it, a child process that crashed; its row says why), before 3.
+// --pool-conf sets the CachingPool's options (pool, and planned's fallback) with the
+// SDALLOC_CONF rows of src/config/pool_conf.hpp, so a policy is spelled the same everywhere.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "replay/replay_driver.hpp"
@@ -37,9 +41,14 @@ struct ReplayCommandOptions {
   std::string allocators;  // comma separated
   std::string json_path;
   std::string report_path;
+  std::string pool_conf;  // --pool-conf, parsed by parse_pool_conf
   bool quiet = false;
   replay::ReplayOptions replay;
 };
+
+// The CachingPool options of a --pool-conf text ("" gives the defaults); InvalidArgument
+// names the bad pair, as SDALLOC_CONF's messages do.
+CachingPoolOptions parse_pool_conf(std::string_view text);
 
 struct ReplayCommand {
   ReplayCommandOptions options;

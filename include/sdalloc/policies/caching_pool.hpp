@@ -11,10 +11,13 @@
 //  - Quick lists: a freed block first waits, unmerged, in a list for its exact size, and
 //    the next request of that size takes it back in O(1). A request that misses the lists
 //    merges them all before it searches, so best fit always sees every free byte.
-//  - Huge requests (>= huge_threshold) get a segment of their own, and such "huge" blocks are
-//    reused only by requests close to their size (within 1/8, or one granularity). Splitting
-//    a freed 1 GiB attention buffer for small tensors would strand it: the next 1 GiB
-//    request would need a new segment. Normal requests never touch huge blocks.
+//  - Huge requests (>= huge_threshold, 8 MiB) get a segment of their own, and such "huge"
+//    blocks are reused only by requests close to their size (within 1/8, or one
+//    granularity). Splitting a freed attention buffer or activation for small tensors would
+//    strand it: the next request of its size would need a new segment. Normal requests
+//    never touch huge blocks. (8 MiB, not the 128 MiB tuned on one trace: on sliced
+//    attention, SDXL and small resolutions the large activations are 8-128 MiB, and cut up
+//    they cost 1.2-1.7 x live; docs/caching_pool.md has the sweep.)
 //  - Growth: a miss takes a new segment of max(round_up(request, segment_granularity),
 //    min_segment_size) bytes. If that would raise reserved bytes above their previous peak,
 //    wholly free segments are first returned to the resource (release_cached_before_growth):
@@ -24,7 +27,10 @@
 //    stream that did so becomes empty (no live allocation) while it holds two or more
 //    segments, they are returned and replaced by one segment of the size the stream
 //    needed at its peak, plus 1/16 (consolidate_when_empty). A loop that repeats the same
-//    work then runs in one arena with no further growth or release.
+//    work then runs in one arena with no further growth or release. The swap happens at
+//    the stream's next allocation, not at the free that emptied it: that free is often the
+//    last one (at exit, or after the user dropped the model), and a new arena then would
+//    be taken for nothing.
 //  - Out of memory: when the resource refuses, the pool waits for pending cross-stream
 //    frees, releases every wholly free segment and retries once; then it throws OutOfMemory
 //    stating the request, live bytes, reserved bytes, largest free block and capacity.
@@ -72,7 +78,7 @@ struct CachingPoolOptions {
   std::size_t initial_reservation = 0;                     // bytes taken at construction, kept
   std::size_t segment_granularity = std::size_t{2} << 20;  // segments are multiples of this
   std::size_t min_segment_size = std::size_t{2} << 20;     // smallest segment asked for
-  std::size_t huge_threshold = std::size_t{128} << 20;     // requests this big get own blocks
+  std::size_t huge_threshold = std::size_t{8} << 20;       // requests this big get own blocks
   bool release_cached_before_growth = true;                // see "Growth" above
   bool consolidate_when_empty = true;                      // see "Consolidation" above
   StreamEvents* stream_events = nullptr;                   // nullptr: HostStreamEvents

@@ -26,6 +26,7 @@ void* CachingPool::Impl::allocate(std::size_t bytes, std::size_t alignment, Stre
   if (bytes == 0) return nullptr;
   const Fit fit = fit_for(bytes, alignment);
   PoolShard& shard = shard_for(stream);
+  bool consolidation_due = false;
   {
     std::lock_guard lock(shard.mutex);
     // Blocks freed on other streams rejoin the cache as soon as their events complete:
@@ -33,7 +34,14 @@ void* CachingPool::Impl::allocate(std::size_t bytes, std::size_t alignment, Stre
     // pending. Otherwise a pool whose cache keeps hitting would hold them, and their
     // events, until its next miss.
     if (!shard.pending.empty()) shard.collect_pending(events, /*wait=*/false);
-    if (Block* block = shard.allocate(fit, bytes)) return block->ptr();
+    consolidation_due = shard.consolidation_due;
+    if (!consolidation_due) {
+      if (Block* block = shard.allocate(fit, bytes)) return block->ptr();
+    }
+  }
+  if (consolidation_due) {
+    consolidate(shard);
+    if (void* ptr = allocate_in(shard, fit, bytes)) return ptr;
   }
   return allocate_slow(shard, fit, bytes);
 }
@@ -42,7 +50,6 @@ void CachingPool::Impl::free(void* ptr, Stream stream, const std::size_t* expect
   if (ptr == nullptr) return;
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   PoolShard& shard = shard_for(stream);
-  bool freed = false;
   {
     std::lock_guard lock(shard.mutex);
     Block* block = shard.find_live(addr);
@@ -50,15 +57,11 @@ void CachingPool::Impl::free(void* ptr, Stream stream, const std::size_t* expect
       check_size(block, ptr, expected_bytes);
       shard.forget_live(block);
       shard.release(block);
-      if (!wants_consolidation(shard)) return;
-      freed = true;
+      if (wants_consolidation(shard)) shard.consolidation_due = true;
+      return;
     }
   }
-  if (freed) {
-    consolidate(shard);
-  } else {
-    free_slow(ptr, stream, expected_bytes);
-  }
+  free_slow(ptr, stream, expected_bytes);
 }
 
 void* CachingPool::do_allocate(std::size_t bytes, Stream stream) {

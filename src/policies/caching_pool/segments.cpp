@@ -120,7 +120,8 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
   std::size_t target = 0;
   {
     std::lock_guard lock(shard.mutex);
-    if (!wants_consolidation(shard)) return;  // another thread got there first
+    shard.consolidation_due = false;
+    if (!wants_consolidation(shard)) return;  // another thread got there first, or in use
     segments = shard.releasable_segments();
     if (segments.size() < 2) return;
     shard.churned = false;

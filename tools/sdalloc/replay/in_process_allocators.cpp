@@ -38,9 +38,9 @@ class MeasuredHostMemory {
 };
 
 CachingPoolOptions pool_options(const TargetSettings& settings) {
-  CachingPoolOptions options;
-  options.release_cached_before_growth = !settings.pool_keep_cache;
-  options.consolidate_when_empty = !settings.pool_no_consolidation;
+  CachingPoolOptions options = settings.pool;
+  if (settings.pool_keep_cache) options.release_cached_before_growth = false;
+  if (settings.pool_no_consolidation) options.consolidate_when_empty = false;
   return options;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sdalloc/core/resource.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
 
 namespace sdalloc::replay {
 
@@ -25,6 +26,8 @@ struct TargetSettings {
   bool huge_pages = false;             // HostResource asks for transparent huge pages
   bool pool_keep_cache = false;        // CachingPool: never release cached segments to grow
   bool pool_no_consolidation = false;  // CachingPool: keep a churning stream's segments
+  CachingPoolOptions pool;             // pool and planned's fallback (--pool-conf); the two
+                                       // flags above override its growth settings
 };
 
 class ReplayTarget {
