@@ -23,20 +23,10 @@
 namespace sdalloc::onnxruntime {
 namespace {
 
+using test::host;
 using test::models_dir;
+using test::sdalloc_settings;
 using test::test_env;
-
-HostResource& host() {
-  static HostResource resource;
-  return resource;
-}
-
-SessionSettings sdalloc_settings() {
-  SessionSettings s;
-  s.env_allocators = true;
-  s.mem_pattern = false;
-  return s;
-}
 
 TEST(OrtAllocatorErrors, ForeignFreeIsRefusedCountedAndLeavesThePoolIntact) {
   OrtPoolAllocator allocator(std::make_shared<PoolOf<CachingPool>>(host()));

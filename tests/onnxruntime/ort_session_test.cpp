@@ -16,20 +16,10 @@
 namespace sdalloc::onnxruntime {
 namespace {
 
+using test::host;
 using test::models_dir;
+using test::sdalloc_settings;
 using test::test_env;
-
-HostResource& host() {
-  static HostResource resource;
-  return resource;
-}
-
-SessionSettings sdalloc_settings() {
-  SessionSettings s;
-  s.env_allocators = true;
-  s.mem_pattern = false;  // sdalloc sees every tensor
-  return s;
-}
 
 // The first output under ORT's default (its arena, memory patterns), no sdalloc.
 std::vector<std::uint8_t> ort_default_output(const Model& model) {
