@@ -86,9 +86,23 @@ std::size_t ReservedRange::carved_bytes() const {
   return carved_;
 }
 
+namespace {
+std::atomic<bool> g_huge_pages{false};
+}  // namespace
+
+void ReservedRange::use_huge_pages(bool on) { g_huge_pages.store(on, std::memory_order_relaxed); }
+
 bool ReservedRange::commit(void* piece, std::size_t bytes) {
-  return ::mmap(piece, bytes, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                0) != MAP_FAILED;
+  if (::mmap(piece, bytes, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1,
+             0) == MAP_FAILED) {
+    return false;
+  }
+  // Only a speed-up (one fault and one TLB entry per 2 MiB instead of 512): where the kernel
+  // refuses (THP off), the 4 KiB pages serve the same.
+  if (bytes >= kRangeAlignment && g_huge_pages.load(std::memory_order_relaxed)) {
+    (void)::madvise(piece, bytes, MADV_HUGEPAGE);
+  }
+  return true;
 }
 
 void ReservedRange::protect(void* piece, std::size_t bytes) {

@@ -53,8 +53,11 @@ class ReservedRange {
   std::size_t carved_bytes() const;
 
   // mmap(PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS) over [p, p + bytes):
-  // fresh zero pages. false (errno set) when the kernel refuses.
+  // fresh zero pages. false (errno set) when the kernel refuses. With huge pages on (the
+  // `huge_pages` key), pieces of 2 MiB or more are madvise(MADV_HUGEPAGE)d as well.
   static bool commit(void* piece, std::size_t bytes);
+  // Set once, before the pool serves anything (Runtime::build).
+  static void use_huge_pages(bool on);
   // Back to reserved address space: the pages are freed.
   static void protect(void* piece, std::size_t bytes);
 

@@ -43,6 +43,11 @@ std::vector<Option<PreloadConfig>> preload_rows() {
       "a file path: write the event trace (docs/formats.md) of every request the pool served, "
       "for `sdalloc replay`.",
       [](auto& c) -> auto& { return c.record; }));
+  own.push_back(config::bool_option<PreloadConfig>(
+      "huge_pages",
+      "ask for transparent huge pages (madvise MADV_HUGEPAGE) on the pool's memory: one page "
+      "fault per 2MiB instead of 512, where the kernel's THP setting allows it.",
+      [](auto& c) -> auto& { return c.huge_pages; }));
   rows.insert(rows.begin() + 1, own.begin(), own.end());  // after mode
   return rows;
 }

@@ -32,8 +32,9 @@ inline constexpr std::size_t kDefaultAddressSpace = std::size_t{1} << 42;
 struct PreloadConfig : config::PoolConf {
   std::size_t threshold = kDefaultThreshold;
   std::size_t address_space = kDefaultAddressSpace;
-  std::string report;  // "", "stderr" or a file path: the summary written at exit
-  std::string record;  // "" or a file path: the event trace of what the pool served
+  std::string report;       // "", "stderr" or a file path: the summary written at exit
+  std::string record;       // "" or a file path: the event trace of what the pool served
+  bool huge_pages = false;  // madvise(MADV_HUGEPAGE) on the pool's memory
 };
 
 const config::OptionTable<PreloadConfig>& preload_options();

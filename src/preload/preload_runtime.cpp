@@ -110,6 +110,7 @@ bool Runtime::build() {
     say(std::string(e.what()) + "; running on the system allocator");
     return false;
   }
+  ReservedRange::use_huge_pages(config_.huge_pages);
   if (!range_.reserve(config_.address_space)) {
     say("cannot reserve " + config::size_text(config_.address_space) +
         " (or even 1GiB) of address space: " + std::strerror(errno) +

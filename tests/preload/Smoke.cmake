@@ -43,6 +43,12 @@ if(SDALLOC_TORCHRUN)
   set_tests_properties(preload_smoke_torchrun PROPERTIES ENVIRONMENT "${_smoke_env}"
                                                          LABELS preload_smoke TIMEOUT 240)
 endif()
+# huge_pages:true: the pool's memory is backed by transparent huge pages.
+add_test(NAME preload_smoke_huge_pages COMMAND ${_expect} "huge pages ok" --
+  /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/huge_pages.py)
+set_tests_properties(preload_smoke_huge_pages PROPERTIES
+  ENVIRONMENT "LD_PRELOAD=${_preload};SDALLOC_PRELOAD_CONF=huge_pages:true,report:stderr"
+  LABELS preload_smoke TIMEOUT 120)
 # mode:planned with no marks: the loop's steps are found and planned; the result is glibc's.
 add_test(NAME preload_smoke_planned_loop COMMAND ${_expect}
   "recorded, [1-9][0-9]* planned" "a step of [0-9]+ requests" "same result" -- sh -c

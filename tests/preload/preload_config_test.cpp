@@ -29,6 +29,7 @@ TEST(PreloadConfig, DefaultsAreTheMeasuredThresholdAndPoolMode) {
   EXPECT_EQ(c.address_space, kDefaultAddressSpace);
   EXPECT_TRUE(c.report.empty());
   EXPECT_TRUE(c.record.empty());
+  EXPECT_FALSE(c.huge_pages);
   test::expect_defaults_parse_back(preload_options());
 }
 
@@ -42,6 +43,7 @@ TEST(PreloadConfig, ParsesItsOwnKeys) {
   EXPECT_EQ(c.record, "/tmp/t.csv");
   EXPECT_EQ(parse_preload_config(format_preload_config(c)).record, "/tmp/t.csv");
   EXPECT_EQ(parse_preload_config("mode:vmm").mode, Mode::kVmm);
+  EXPECT_TRUE(parse_preload_config("huge_pages:true").huge_pages);
 }
 
 TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
@@ -49,7 +51,7 @@ TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
             "SDALLOC_CONF: mode must be pool, vmm or planned, in 'mode:async'");
   EXPECT_EQ(parse_error("backend:host"),
             "SDALLOC_CONF: unknown key 'backend' (known: mode, threshold, address_space, report, "
-            "record, capacity, replan_after, max_plans, granularity, min_segment, "
+            "record, huge_pages, capacity, replan_after, max_plans, granularity, min_segment, "
             "huge_threshold, initial_reservation, release_before_growth, consolidate), in "
             "'backend:host'");
   EXPECT_EQ(parse_error("threshold:1KiB"),

@@ -105,7 +105,7 @@ TEST(RunDriver, LastLinesJoinsTheTailOnOneLine) {
 
 TEST(RunAllocators, MissingSystemLibraryNamesThePackageToInstall) {
   const replay::SystemAllocator nosuch{"nosuch", "", {"libnosuch.so.9"}, "libnosuch9", ""};
-  const RunAllocator allocator{"nosuch", "", "", &nosuch};
+  const RunAllocator allocator{"nosuch", "", "", &nosuch, ""};
   const Launch launch = launch_for(allocator, SDALLOC_FAKE_PRELOAD, "/tmp/r.json");
   EXPECT_TRUE(Contains(launch.problem, "libnosuch.so.9 not found"));
   EXPECT_TRUE(Contains(launch.problem, "sudo apt-get install libnosuch9"));
@@ -127,6 +127,10 @@ TEST(RunAllocators, SdallocModeGetsTheDropInAndItsConf) {
   ASSERT_EQ(launch.environment.size(), 1u);
   EXPECT_EQ(launch.environment[0].first, "SDALLOC_PRELOAD_CONF");
   EXPECT_EQ(launch.environment[0].second, "mode:planned,report:/tmp/r.json");
+  const Launch huge =
+      launch_for(*find_run_allocator("sdalloc-pool-huge"), SDALLOC_FAKE_PRELOAD, "/tmp/r.json");
+  ASSERT_EQ(huge.environment.size(), 1u);
+  EXPECT_EQ(huge.environment[0].second, "mode:pool,huge_pages:true,report:/tmp/r.json");
 }
 
 TEST(RunAllocators, PreloadLibraryOptionWinsOverTheEnvironment) {

@@ -26,11 +26,16 @@ const std::vector<RunAllocator>& run_allocators() {
   static const std::vector<RunAllocator> allocators = [] {
     std::vector<RunAllocator> list;
     for (const replay::SystemAllocator& a : replay::system_allocators()) {
-      list.push_back({a.name, a.description, "", system_allocator(a.name)});
+      list.push_back({a.name, a.description, "", system_allocator(a.name), ""});
     }
-    list.push_back({"sdalloc-pool", "sdalloc drop-in, caching pool", "pool", nullptr});
-    list.push_back({"sdalloc-vmm", "sdalloc drop-in, virtual-memory pool", "vmm", nullptr});
-    list.push_back({"sdalloc-planned", "sdalloc drop-in, planned arena", "planned", nullptr});
+    list.push_back({"sdalloc-pool", "sdalloc drop-in, caching pool", "pool", nullptr, ""});
+    list.push_back({"sdalloc-vmm", "sdalloc drop-in, virtual-memory pool", "vmm", nullptr, ""});
+    list.push_back({"sdalloc-planned", "sdalloc drop-in, planned arena", "planned", nullptr, ""});
+    for (const char* mode : {"pool", "vmm", "planned"}) {
+      list.push_back({std::string("sdalloc-").append(mode).append("-huge"),
+                      std::string("sdalloc drop-in, mode:").append(mode).append(", huge pages"),
+                      mode, nullptr, "huge_pages:true"});
+    }
     return list;
   }();
   return allocators;
@@ -78,8 +83,9 @@ Launch launch_for(const RunAllocator& allocator, const std::string& preload_libr
   launch.report_path = report_path;
   // The drop-in's own variable (read before SDALLOC_CONF, which the PyTorch shim also reads
   // and which refuses the drop-in's keys).
-  launch.environment.emplace_back("SDALLOC_PRELOAD_CONF",
-                                  "mode:" + allocator.sdalloc_mode + ",report:" + report_path);
+  std::string conf = "mode:" + allocator.sdalloc_mode;
+  if (!allocator.sdalloc_conf.empty()) conf.append(",").append(allocator.sdalloc_conf);
+  launch.environment.emplace_back("SDALLOC_PRELOAD_CONF", conf + ",report:" + report_path);
   return launch;
 }
 

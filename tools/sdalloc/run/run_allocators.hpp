@@ -4,7 +4,8 @@
 // glibc, jemalloc, mimalloc, tcmalloc: Debian's libraries, found as `sdalloc replay` finds them
 // (replay/system_allocators.hpp) and LD_PRELOADed; glibc runs with LD_PRELOAD removed.
 // sdalloc-pool, sdalloc-vmm, sdalloc-planned: sdalloc's drop-in library
-// (libsdalloc_preload.so) LD_PRELOADed with SDALLOC_PRELOAD_CONF=mode:<m>,report:<file>.json; the
+// (libsdalloc_preload.so) LD_PRELOADed with SDALLOC_PRELOAD_CONF=mode:<m>,report:<file>.json
+// (the -huge variants add huge_pages:true: transparent huge pages on the pool's memory); the
 // library writes its report to <file> as one JSON object (SdallocReport). The drop-in's path is
 // --preload-library, else $SDALLOC_PRELOAD_LIBRARY, else the one this build made (when it
 // made one). A missing library is not an error: the launch carries the reason instead.
@@ -25,9 +26,11 @@ struct RunAllocator {
   std::string description;
   std::string sdalloc_mode;                         // "pool", "vmm", "planned"; "" for the others
   const replay::SystemAllocator* system = nullptr;  // the others' library
+  std::string sdalloc_conf;  // more of the drop-in's keys ("huge_pages:true"), or ""
 };
 
-// glibc, jemalloc, mimalloc, tcmalloc, sdalloc-pool, sdalloc-vmm, sdalloc-planned.
+// glibc, jemalloc, mimalloc, tcmalloc, sdalloc-pool, sdalloc-vmm, sdalloc-planned and
+// sdalloc-{pool,vmm,planned}-huge.
 const std::vector<RunAllocator>& run_allocators();
 std::vector<std::string> run_allocator_names();
 const RunAllocator* find_run_allocator(const std::string& name);
