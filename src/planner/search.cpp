@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "planner/deep_stack.hpp"
 #include "planner/offsets.hpp"
 
 namespace sdalloc::planner_detail {
@@ -396,11 +397,10 @@ SearchOutcome search_component(const std::vector<Item>& items, std::uint32_t sec
   }
 }
 
-}  // namespace
-
-SearchResult search_within(std::span<const Buffer> buffers, std::uint64_t capacity,
-                           std::chrono::steady_clock::time_point deadline,
-                           const std::function<void(std::uint64_t)>& tick) {
+// search_within on the caller's stack; search_within runs it on a deep one (deep_stack.hpp).
+SearchResult search_on_this_stack(std::span<const Buffer> buffers, std::uint64_t capacity,
+                                  std::chrono::steady_clock::time_point deadline,
+                                  const std::function<void(std::uint64_t)>& tick) {
   SearchResult result;
   result.plan.offsets.assign(buffers.size(), 0);
   // Buffers by start; a new component begins where no earlier buffer is still live.
@@ -459,6 +459,16 @@ SearchResult search_within(std::span<const Buffer> buffers, std::uint64_t capaci
     begin = end;
   }
   result.outcome = SearchOutcome::kFound;
+  return result;
+}
+
+}  // namespace
+
+SearchResult search_within(std::span<const Buffer> buffers, std::uint64_t capacity,
+                           std::chrono::steady_clock::time_point deadline,
+                           const std::function<void(std::uint64_t)>& tick) {
+  SearchResult result;
+  run_on_deep_stack([&] { result = search_on_this_stack(buffers, capacity, deadline, tick); });
   return result;
 }
 
