@@ -46,7 +46,7 @@ cmake --preset fuzz -B "$build" >/dev/null
 cmake --build "$build" -j "$jobs" --target sdalloc_fuzzers
 
 # Leaks are findings; UBSan stops at its first report (the build makes it fatal as well).
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:malloc_context_size=8}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 mkdir -p "$build/findings"

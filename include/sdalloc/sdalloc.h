@@ -165,6 +165,10 @@ typedef struct sdalloc_pool_config_t {
    * batch); the step's first allocation picks its plan, and all share one arena as large as
    * the largest. At least 1. Default 4. */
   size_t max_plans;
+  /* Planned pools: the planner's search stops after this many nodes (and after 1 s, as
+   * always), so a step gets the same plan on every machine and every run. 0 (default): only
+   * the time limit. */
+  size_t planner_max_search_nodes;
 } sdalloc_pool_config_t;
 
 /* Fills *config with the defaults and sets struct_size. Does nothing if config is NULL.

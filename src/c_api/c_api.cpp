@@ -83,6 +83,7 @@ std::unique_ptr<sdalloc_pool> make_host_pool(const sdalloc_pool_config_t& config
     sdalloc::PlannedArenaOptions planned;
     planned.replan_after_divergent_steps = config.replan_after_divergent_steps;
     planned.max_plans = config.max_plans;
+    planned.planner_max_search_nodes = config.planner_max_search_nodes;
     planned.fallback = options;
     return std::make_unique<sdalloc_pool>(std::move(stack), nullptr, planned);
   }
@@ -185,6 +186,7 @@ void sdalloc_pool_config_init(sdalloc_pool_config_t* config) noexcept {
   const sdalloc::PlannedArenaOptions planned_defaults;
   config->replan_after_divergent_steps = planned_defaults.replan_after_divergent_steps;
   config->max_plans = planned_defaults.max_plans;
+  config->planner_max_search_nodes = planned_defaults.planner_max_search_nodes;
 }
 
 sdalloc_status_t sdalloc_pool_create(const sdalloc_pool_config_t* config,

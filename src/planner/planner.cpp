@@ -33,6 +33,9 @@ constexpr double kBisectProbeShare = 0.1;
 constexpr std::uint64_t kSweepDepth = 12;
 constexpr std::chrono::milliseconds kFirstSweepProbe{30};
 constexpr std::chrono::milliseconds kMinimumProbe{50};
+// Under a node limit (PlannerOptions::max_search_nodes) the probes share the nodes left as
+// they share the time, and each may take at least this many.
+constexpr std::uint64_t kMinimumProbeNodes = 1024;
 
 // The greatest common divisor of the sizes and of the alignments above 1: offsets built
 // from sums of sizes, each rounded up to an alignment, stay multiples of it.
@@ -133,10 +136,25 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
                                       .probing = probing});
       }
     };
-    // One search for a plan within `target` until `until`; true when it found one.
-    const auto probe = [&](std::uint64_t target, Clock::time_point until) {
+    // The clock and the node limit: the search goes on while both allow.
+    const std::uint64_t max_nodes = options.max_search_nodes;
+    const auto out_of_work = [&] {
+      return Clock::now() >= deadline || (max_nodes != 0 && nodes >= max_nodes);
+    };
+    // A share of the nodes left, as a probe's node limit (0: no limit).
+    const auto share_of_nodes_left = [&](double share) -> std::uint64_t {
+      if (max_nodes == 0) return 0;
+      const std::uint64_t left = max_nodes - std::min(nodes, max_nodes);
+      const auto part = static_cast<std::uint64_t>(static_cast<double>(left) * share);
+      return std::max<std::uint64_t>(1, std::min(left, part + kMinimumProbeNodes));
+    };
+    // One search for a plan within `target` until `until` or `node_limit` nodes (0: none);
+    // true when it found one.
+    const auto probe = [&](std::uint64_t target, Clock::time_point until,
+                           std::uint64_t node_limit) {
       probing = target;
-      const auto found = planner_detail::search_within(buffers, target, until, tick);
+      const auto found = planner_detail::search_within(
+          buffers, target, planner_detail::SearchLimits{until, node_limit}, tick);
       nodes += found.nodes;
       switch (found.outcome) {
         case planner_detail::SearchOutcome::kFound:
@@ -160,8 +178,9 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
       return std::min(deadline, now + slice);
     };
     if (options.capacity != 0) {
-      probe(options.capacity, deadline);
-    } else if (!probe(result.lower_bound, share_of_time_left(kBoundProbeShare))) {
+      probe(options.capacity, deadline, share_of_nodes_left(1.0));
+    } else if (!probe(result.lower_bound, share_of_time_left(kBoundProbeShare),
+                      share_of_nodes_left(kBoundProbeShare))) {
       // The bound first: the search is at its most pruned there, and the bound is often
       // reachable (on 9 of MiniMalloc's 11 challenging instances). Then bisect between the lowest
       // arena not ruled out and the best plan. Every plan the search builds has its offsets and
@@ -170,11 +189,14 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
       // finds a plan brings the best down to that plan's arena (often below the target).
       const std::uint64_t step = arena_step(buffers);
       std::uint64_t low = next_multiple(proven_below, step);
-      while (low < result.plan.arena_size && Clock::now() < deadline) {
+      while (low < result.plan.arena_size && !out_of_work()) {
         const std::uint64_t steps = (result.plan.arena_size - low) / step;
         if (steps == 0) break;  // no multiple of step between low and the best
         const std::uint64_t target = low + (steps - 1) / 2 * step;
-        if (!probe(target, share_of_time_left(kBisectProbeShare))) low = target + step;
+        if (!probe(target, share_of_time_left(kBisectProbeShare),
+                   share_of_nodes_left(kBisectProbeShare))) {
+          low = target + step;
+        }
       }
       // The bisection met the best plan through probes that only ran out of time. The
       // search's time to a plan jumps with the capacity (on MiniMalloc's J, 1 s within
@@ -187,17 +209,17 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
       Clock::duration budget = kFirstSweepProbe;
       // (The best plan is never below proven_below; steps below it are counted so that no
       // sum or product can pass 2^64 - 1, whatever the sizes.)
-      while (Clock::now() < deadline && result.plan.arena_size - proven_below >= step) {
+      while (!out_of_work() && result.plan.arena_size - proven_below >= step) {
         bool improved = false;
         const std::uint64_t room = (result.plan.arena_size - proven_below) / step;
-        for (std::uint64_t k = 1; k <= std::min(kSweepDepth, room) && Clock::now() < deadline;
-             ++k) {
+        for (std::uint64_t k = 1; k <= std::min(kSweepDepth, room) && !out_of_work(); ++k) {
           const std::uint64_t target = result.plan.arena_size - k * step;
           if (target < proven_below) break;  // proven out by a probe of this sweep
           const auto tried = std::find_if(failed.begin(), failed.end(),
                                           [&](const auto& entry) { return entry.first == target; });
           if (tried != failed.end() && tried->second >= budget) continue;
-          if (probe(target, std::min(deadline, Clock::now() + budget))) {
+          if (probe(target, std::min(deadline, Clock::now() + budget),
+                    share_of_nodes_left(kBisectProbeShare))) {
             improved = true;
             break;
           }

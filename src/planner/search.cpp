@@ -57,6 +57,9 @@ constexpr Preorder kPreorders[] = {Preorder::kWidthAreaTotal, Preorder::kTotalAr
 
 enum class Outcome : std::uint8_t { kFound, kInfeasible, kOutOfTime, kOutOfNodes };
 
+// Problems this small are searched on the caller's stack (search_within).
+constexpr std::size_t kBuffersOnCallersStack = 256;
+
 // A set of unplaced buffers that no other unplaced buffer shares time with, over the
 // sections [first_section, end_section): it can be solved on its own.
 struct Partition {
@@ -68,11 +71,11 @@ struct Partition {
 class ComponentSearch {
  public:
   ComponentSearch(const std::vector<Item>& items, std::uint32_t sections, std::uint64_t capacity,
-                  std::chrono::steady_clock::time_point deadline,
-                  const std::function<void(std::uint64_t)>& tick, std::uint64_t& nodes)
+                  const SearchLimits& limits, const std::function<void(std::uint64_t)>& tick,
+                  std::uint64_t& nodes)
       : items_(items),
         capacity_(capacity),
-        deadline_(deadline),
+        limits_(limits),
         tick_(tick),
         nodes_(nodes),
         unplaced_(sections),
@@ -185,9 +188,11 @@ class ComponentSearch {
   }
 
   bool out_of_time() {
-    if ((++nodes_ & 255) != 0) return false;
+    ++nodes_;
+    if (limits_.max_nodes != 0 && nodes_ >= limits_.max_nodes) return true;
+    if ((nodes_ & 255) != 0) return false;
     if (tick_) tick_(nodes_);
-    return std::chrono::steady_clock::now() >= deadline_;
+    return std::chrono::steady_clock::now() >= limits_.deadline;
   }
 
   // Every plan below this node places the partition's buffers at (offset, rank) not below
@@ -352,7 +357,7 @@ class ComponentSearch {
 
   const std::vector<Item>& items_;
   std::uint64_t capacity_;
-  std::chrono::steady_clock::time_point deadline_;
+  const SearchLimits& limits_;
   const std::function<void(std::uint64_t)>& tick_;
   std::uint64_t& nodes_;
   std::uint64_t node_budget_ = 0;
@@ -377,15 +382,14 @@ class ComponentSearch {
 // Tries the static orders in turn with a node budget that doubles each round, so an order
 // that suits the instance finishes early (MiniMalloc's round robin).
 SearchOutcome search_component(const std::vector<Item>& items, std::uint32_t sections,
-                               std::uint64_t capacity,
-                               std::chrono::steady_clock::time_point deadline,
+                               std::uint64_t capacity, const SearchLimits& limits,
                                const std::function<void(std::uint64_t)>& tick, std::uint64_t& nodes,
                                std::vector<std::uint64_t>& positions) {
   std::uint64_t budget = std::max<std::uint64_t>(items.size(), 16);
   while (true) {
     budget *= 2;
     for (const Preorder preorder : kPreorders) {
-      ComponentSearch search(items, sections, capacity, deadline, tick, nodes);
+      ComponentSearch search(items, sections, capacity, limits, tick, nodes);
       const Outcome outcome = search.run(preorder, budget);
       if (outcome == Outcome::kFound) {
         positions = search.positions();
@@ -399,7 +403,7 @@ SearchOutcome search_component(const std::vector<Item>& items, std::uint32_t sec
 
 // search_within on the caller's stack; search_within runs it on a deep one (deep_stack.hpp).
 SearchResult search_on_this_stack(std::span<const Buffer> buffers, std::uint64_t capacity,
-                                  std::chrono::steady_clock::time_point deadline,
+                                  const SearchLimits& limits,
                                   const std::function<void(std::uint64_t)>& tick) {
   SearchResult result;
   result.plan.offsets.assign(buffers.size(), 0);
@@ -449,7 +453,7 @@ SearchResult search_on_this_stack(std::span<const Buffer> buffers, std::uint64_t
     }
     std::vector<std::uint64_t> positions;
     result.outcome = search_component(items, static_cast<std::uint32_t>(times.size()), capacity,
-                                      deadline, tick, result.nodes, positions);
+                                      limits, tick, result.nodes, positions);
     if (result.outcome != SearchOutcome::kFound) return result;
     for (std::size_t i = 0; i < items.size(); ++i) {
       const std::size_t input = items[i].input;
@@ -465,10 +469,16 @@ SearchResult search_on_this_stack(std::span<const Buffer> buffers, std::uint64_t
 }  // namespace
 
 SearchResult search_within(std::span<const Buffer> buffers, std::uint64_t capacity,
-                           std::chrono::steady_clock::time_point deadline,
+                           const SearchLimits& limits,
                            const std::function<void(std::uint64_t)>& tick) {
+  // The recursion is as deep as a component has buffers; a few hundred levels fit any
+  // thread's stack (a few KiB a level under AddressSanitizer), and a thread of its own
+  // would cost more than such a search (the fuzzers plan thousands of them a second).
+  if (buffers.size() <= kBuffersOnCallersStack) {
+    return search_on_this_stack(buffers, capacity, limits, tick);
+  }
   SearchResult result;
-  run_on_deep_stack([&] { result = search_on_this_stack(buffers, capacity, deadline, tick); });
+  run_on_deep_stack([&] { result = search_on_this_stack(buffers, capacity, limits, tick); });
   return result;
 }
 

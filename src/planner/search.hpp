@@ -19,10 +19,17 @@ struct SearchResult {
   std::uint64_t nodes = 0;
 };
 
-// Looks for a plan with arena_size <= capacity until `deadline`. kInfeasible is a proof that
+// Where a search stops without an answer (kTimedOut): at the deadline, or after max_nodes
+// nodes (0: no node limit).
+struct SearchLimits {
+  std::chrono::steady_clock::time_point deadline;
+  std::uint64_t max_nodes = 0;
+};
+
+// Looks for a plan with arena_size <= capacity within `limits`. kInfeasible is a proof that
 // none exists. `tick` is called every few hundred nodes with the nodes visited so far.
 SearchResult search_within(std::span<const Buffer> buffers, std::uint64_t capacity,
-                           std::chrono::steady_clock::time_point deadline,
+                           const SearchLimits& limits,
                            const std::function<void(std::uint64_t)>& tick);
 
 }  // namespace sdalloc::planner_detail

@@ -138,6 +138,7 @@ static void config_init_fills_the_defaults(void) {
   CHECK(config.replan_after_divergent_steps == 3);
   CHECK(config.planned == false);
   CHECK(config.max_plans == 4);
+  CHECK(config.planner_max_search_nodes == 0);
   sdalloc_pool_config_init(NULL); /* documented no-op: must not crash */
 }
 
@@ -566,6 +567,48 @@ static void planned_pool_serves_repeated_steps_from_one_arena(void) {
   sdalloc_pool_destroy(pool);
 }
 
+/* A step whose best plan only the planner's search finds (every greedy order needs 10 units,
+ * the lower bound is 9; tests/planner/planner_limits_test.cpp, F6), recorded and planned by a
+ * pool whose search may visit max_nodes nodes (0: no limit). Returns the arena's bytes. */
+static size_t arena_of_a_step_greedy_cannot_pack(size_t max_nodes) {
+  enum { kUnit = 64 * KIB };
+  /* Buffers 0-5 (sizes in units) and the step's events: + allocates, - frees. */
+  static const size_t units[6] = {1, 4, 4, 4, 1, 4};
+  static const int events[12] = {+2, +3, +4, -3, -2, +5, +0, -4, +1, -0, -1, -5};
+  static const int frees[12] = {0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1};
+  sdalloc_pool_config_t config;
+  sdalloc_pool_config_init(&config);
+  config.planned = true;
+  config.planner_max_search_nodes = max_nodes;
+  sdalloc_pool_t* pool = NULL;
+  CHECK_OK(sdalloc_pool_create(&config, &pool));
+  if (pool == NULL) return 0;
+  void* live[6] = {NULL};
+  CHECK_OK(sdalloc_pool_begin_step(pool, NULL));
+  for (int e = 0; e < 12; ++e) {
+    const int b = events[e] < 0 ? -events[e] : events[e];
+    if (frees[e]) {
+      CHECK_OK(sdalloc_free(pool, live[b], NULL));
+    } else {
+      CHECK_OK(sdalloc_malloc(pool, units[b] * kUnit, NULL, &live[b]));
+    }
+  }
+  CHECK_OK(sdalloc_pool_end_step(pool));
+  sdalloc_step_stats_t steps;
+  steps.struct_size = sizeof steps;
+  CHECK_OK(sdalloc_pool_step_stats(pool, &steps));
+  CHECK(steps.has_plan);
+  sdalloc_pool_destroy(pool);
+  return steps.arena_bytes / kUnit;
+}
+
+static void planned_pool_search_obeys_its_node_limit(void) {
+  g_test = "planned_pool_search_obeys_its_node_limit";
+  CHECK(arena_of_a_step_greedy_cannot_pack(0) == 9);    /* the search finds the bound */
+  CHECK(arena_of_a_step_greedy_cannot_pack(1) == 10);   /* stopped at once: greedy's plan */
+  CHECK(arena_of_a_step_greedy_cannot_pack(1000) == 9); /* a few nodes are enough */
+}
+
 static void planned_pool_keeps_a_plan_per_kind_of_step_in_one_arena(void) {
   g_test = "planned_pool_keeps_a_plan_per_kind_of_step_in_one_arena";
   sdalloc_pool_t* pool = new_planned_pool(4);
@@ -987,6 +1030,7 @@ int main(void) {
   trim_releases_cached_segments();
 
   planned_pool_serves_repeated_steps_from_one_arena();
+  planned_pool_search_obeys_its_node_limit();
   planned_pool_keeps_a_plan_per_kind_of_step_in_one_arena();
   step_misuse_and_unplanned_pools_are_invalid_arguments();
 

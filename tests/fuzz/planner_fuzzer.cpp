@@ -2,16 +2,14 @@
 // every plan checked by an overlap test of its own.
 //
 // The input describes up to 40 buffers (times, sizes, alignments; now and then a repeated
-// id or an empty lifetime, which check_buffers must refuse with InvalidArgument). Each
-// greedy order and plan() (heuristics and search, under a tight time limit, sometimes with
-// a capacity) must return a plan that passes validate() and this file's own check: right
-// length, aligned offsets, arena_size = max(offset + size), no two buffers live at once
-// overlapping in memory (all pairs), arena_size >= an independently computed lower bound,
-// and `fits` / `optimal` telling the truth.
-//
-// Times stay within +-2^40 and sizes below 2^40: beyond, the planner's arithmetic overflows
-// (issue 15, F1 and F2, fixed in src/planner on another branch); widen the ranges once
-// check_buffers refuses what the planner cannot add.
+// id, an empty lifetime, a time beyond +-kMaxTime or sizes whose sum passes 2^64 - 1, which
+// check_buffers must refuse with InvalidArgument). Each greedy order and plan() (heuristics
+// and search, under a node limit, sometimes with a capacity) must return a
+// plan that passes validate() and this file's own check: right length, aligned offsets,
+// arena_size = max(offset + size), no two buffers live at once overlapping in memory (all
+// pairs), arena_size >= an independently computed lower bound, and `fits` / `optimal`
+// telling the truth. The node limit (not a time limit) keeps an input's run the same on
+// every execution, and short: a few thousand inputs a second.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -34,21 +32,29 @@ void require(bool ok, const std::string& what) {
 }
 
 // The most bytes live at once: the sweep over sorted ends, frees before allocations at the
-// same time (the intervals are half-open).
+// same time (the intervals are half-open). check_buffers has refused sums past 2^64 - 1.
 std::uint64_t peak_live(const std::vector<Buffer>& buffers) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> events;  // (time, +size or -size)
+  struct End {
+    std::int64_t time;
+    bool allocation;  // false (a free) sorts first
+    std::uint64_t size;
+    bool operator<(const End& o) const {
+      return time != o.time ? time < o.time : allocation < o.allocation;
+    }
+  };
+  std::vector<End> events;
   for (const Buffer& b : buffers) {
-    events.emplace_back(b.lower, static_cast<std::int64_t>(b.size));
-    events.emplace_back(b.upper, -static_cast<std::int64_t>(b.size));
+    events.push_back({b.lower, true, b.size});
+    events.push_back({b.upper, false, b.size});
   }
   std::sort(events.begin(), events.end());
-  std::int64_t live = 0;
-  std::int64_t peak = 0;
-  for (const auto& [time, delta] : events) {
-    live += delta;
+  std::uint64_t live = 0;
+  std::uint64_t peak = 0;
+  for (const End& e : events) {
+    live = e.allocation ? live + e.size : live - e.size;
     peak = std::max(peak, live);
   }
-  return static_cast<std::uint64_t>(peak);
+  return peak;
 }
 
 void check_plan(const std::vector<Buffer>& buffers, const Plan& plan, const char* method) {
@@ -82,7 +88,6 @@ void check_plan(const std::vector<Buffer>& buffers, const Plan& plan, const char
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
-  constexpr std::int64_t kTime = std::int64_t{1} << 40;
   const bool small_times = in.ConsumeBool();  // dense conflicts in [0, 64), or anywhere
   const std::size_t n = in.ConsumeIntegralInRange<std::size_t>(0, 40);
   std::vector<Buffer> buffers;
@@ -93,40 +98,65 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (small_times) {
       b.lower = in.ConsumeIntegralInRange<std::int64_t>(0, 63);
       b.upper = b.lower + in.ConsumeIntegralInRange<std::int64_t>(0, 16);
-    } else {
-      b.lower = in.ConsumeIntegralInRange<std::int64_t>(-kTime, kTime);
-      b.upper = b.lower + in.ConsumeIntegralInRange<std::int64_t>(0, kTime);
+    } else {  // anywhere an int64 reaches: beyond +-kMaxTime must be refused
+      b.lower = in.ConsumeIntegral<std::int64_t>();
+      b.upper = in.ConsumeIntegral<std::int64_t>();
     }
-    const int shift = in.ConsumeIntegralInRange<int>(0, 39);
-    b.size = in.ConsumeIntegralInRange<std::uint64_t>(0, std::uint64_t{1} << shift);
+    const int shift = in.ConsumeIntegralInRange<int>(0, 64);
+    b.size = shift == 64 ? in.ConsumeIntegral<std::uint64_t>()
+                         : in.ConsumeIntegralInRange<std::uint64_t>(0, std::uint64_t{1} << shift);
     b.alignment = std::uint64_t{1} << in.ConsumeIntegralInRange<int>(0, 12);
     buffers.push_back(b);
   }
+  std::uint64_t lower = 0;
   try {
     sdalloc::check_buffers(buffers);
+    lower = sdalloc::lower_bound(buffers);
   } catch (const sdalloc::InvalidArgument&) {
+    bool refused = false;  // plan() must refuse them as well
+    try {
+      sdalloc::plan(buffers, sdalloc::PlannerOptions{.max_search_nodes = 1});
+    } catch (const sdalloc::InvalidArgument&) {
+      refused = true;
+    }
+    require(refused, "plan() accepted buffers check_buffers or lower_bound refused");
     return 0;
   }
-  for (const sdalloc::GreedyOrder order :
-       {sdalloc::GreedyOrder::kSize, sdalloc::GreedyOrder::kLifetime, sdalloc::GreedyOrder::kArea,
-        sdalloc::GreedyOrder::kBestFit}) {
-    check_plan(buffers, sdalloc::plan_greedy(buffers, order), "greedy");
+  // A placement can pass 2^64 - 1 (an InvalidArgument) only where all sizes and alignments
+  // together do: below that every offset is at most their sum.
+  std::uint64_t everything = 0;
+  bool near_the_limit = false;
+  for (const Buffer& b : buffers) {
+    near_the_limit = near_the_limit || __builtin_add_overflow(everything, b.size, &everything) ||
+                     __builtin_add_overflow(everything, b.alignment, &everything);
   }
-  sdalloc::PlannerOptions options;
-  options.time_limit_seconds = 0.0005;
-  options.use_heuristics = in.ConsumeBool();
-  const std::uint64_t lower = sdalloc::lower_bound(buffers);
-  if (in.ConsumeBool())
-    options.capacity = lower + in.ConsumeIntegralInRange<std::uint64_t>(0, lower);
-  const sdalloc::PlanResult result = sdalloc::plan(buffers, options);
-  check_plan(buffers, result.plan, "plan");
-  require(result.lower_bound >= lower && result.lower_bound == peak_live(buffers),
-          "lower bounds disagree");
-  require(result.plan.arena_size >= result.lower_bound, "a plan below its lower bound");
-  require(result.fits == (options.capacity == 0 || result.plan.arena_size <= options.capacity),
-          "fits is wrong");
-  require(options.capacity != 0 || buffers.empty() || !result.optimal ||
-              result.plan.arena_size >= result.lower_bound,
-          "optimal below the lower bound");
+  try {
+    for (const sdalloc::GreedyOrder order :
+         {sdalloc::GreedyOrder::kSize, sdalloc::GreedyOrder::kLifetime, sdalloc::GreedyOrder::kArea,
+          sdalloc::GreedyOrder::kBestFit}) {
+      check_plan(buffers, sdalloc::plan_greedy(buffers, order), "greedy");
+    }
+    sdalloc::PlannerOptions options;
+    options.time_limit_seconds = 10.0;  // a backstop: the node limit ends the search
+    options.max_search_nodes = 256;
+    options.use_heuristics = in.ConsumeBool();
+    if (in.ConsumeBool()) {
+      options.capacity = lower + in.ConsumeIntegralInRange<std::uint64_t>(
+                                     0, std::min(lower, ~std::uint64_t{0} - lower));
+    }
+    const sdalloc::PlanResult result = sdalloc::plan(buffers, options);
+    check_plan(buffers, result.plan, "plan");
+    require(result.lower_bound == lower && result.lower_bound == peak_live(buffers),
+            "lower bounds disagree");
+    require(result.plan.arena_size >= result.lower_bound, "a plan below its lower bound");
+    require(result.fits == (options.capacity == 0 || result.plan.arena_size <= options.capacity),
+            "fits is wrong");
+    require(options.capacity != 0 || buffers.empty() || !result.optimal ||
+                result.plan.arena_size >= result.lower_bound,
+            "optimal below the lower bound");
+    require(result.search_nodes <= options.max_search_nodes, "the search passed its node limit");
+  } catch (const sdalloc::InvalidArgument& e) {
+    require(near_the_limit, std::string("a plan refused below 2^64 bytes: ") + e.what());
+  }
   return 0;
 }

@@ -280,7 +280,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   planned.fallback = options;
   planned.max_plans = in.ConsumeIntegralInRange<std::size_t>(1, 3);
   planned.record_through_upstream = in.ConsumeBool();
-  planned.planner_time_limit_seconds = 0.001;
+  // A node limit, not a tight clock, ends each plan's search: the same run every time.
+  planned.planner_time_limit_seconds = 10.0;
+  planned.planner_max_search_nodes = 512;
   PlannedArena pool(faulty, planned);
   Harness<PlannedArena>(pool, nullptr, faults).run(in);
   return 0;

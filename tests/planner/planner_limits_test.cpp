@@ -1,6 +1,6 @@
 // Regression tests of the planner at its limits (issue 15, findings F1, F2, F5, F6): times
-// near the int64 range, offsets and sizes near 2^64, long schedules and time limits from
-// zero to absurd. Each test is named after the finding it replays.
+// near the int64 range, offsets and sizes near 2^64, long schedules, time limits from
+// zero to absurd, and the node limit. Each test is named after the finding it replays.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -180,6 +180,43 @@ TEST(PlannerLimits, F6_HugeTimeLimitIsClampedNotUndefined) {
   }
   EXPECT_THROW(plan(buffers, PlannerOptions{.time_limit_seconds = -1.0}), InvalidArgument);
   EXPECT_THROW(plan(buffers, PlannerOptions{.time_limit_seconds = std::nan("")}), InvalidArgument);
+}
+
+// ---- The node limit: a deterministic budget beside the clock ------------------------------
+
+TEST(PlannerLimits, NodeLimitStopsTheSearchAndGivesTheSamePlanEveryRun) {
+  // MiniMalloc's D: its bound is out of the search's reach in 20000 nodes (docs/planner.md).
+  const std::vector<Buffer> buffers =
+      read_interval_csv(std::string(SDALLOC_DATA_DIR) + "/minimalloc/D.1048576.csv");
+  const PlannerOptions options{.time_limit_seconds = 60.0, .max_search_nodes = 20000};
+  const PlanResult first = plan(buffers, options);
+  const PlanResult second = plan(buffers, options);
+  EXPECT_NO_THROW(validate(buffers, first.plan));
+  EXPECT_TRUE(first.timed_out);  // the search could not finish in 20000 nodes
+  EXPECT_FALSE(first.optimal);
+  EXPECT_LE(first.search_nodes, 20000u);
+  EXPECT_GT(first.search_nodes, 10000u);  // the probes shared the budget and spent it
+  EXPECT_LT(first.seconds, 30.0);         // stopped by the nodes, not the 60 s clock
+  EXPECT_EQ(first.plan.offsets, second.plan.offsets);
+  EXPECT_EQ(first.plan.arena_size, second.plan.arena_size);
+  EXPECT_EQ(first.search_nodes, second.search_nodes);
+  // A single node: the greedy plan, valid, and a search that stopped at once.
+  const PlanResult one = plan(buffers, PlannerOptions{.max_search_nodes = 1});
+  EXPECT_NO_THROW(validate(buffers, one.plan));
+  EXPECT_LE(one.search_nodes, 1u);
+  EXPECT_LE(first.plan.arena_size, one.plan.arena_size);
+}
+
+TEST(PlannerLimits, NodeLimitLeavesAnEasySearchAlone) {
+  // F6's instance: the search proves the bound in a few nodes, far inside the limit.
+  const std::vector<Buffer> buffers = {
+      {.id = 0, .lower = 4, .upper = 8, .size = 1}, {.id = 1, .lower = 6, .upper = 8, .size = 4},
+      {.id = 2, .lower = 0, .upper = 3, .size = 4}, {.id = 3, .lower = 0, .upper = 2, .size = 4},
+      {.id = 4, .lower = 1, .upper = 5, .size = 1}, {.id = 5, .lower = 3, .upper = 8, .size = 4}};
+  const PlanResult result = plan(buffers, PlannerOptions{.max_search_nodes = 100000});
+  EXPECT_TRUE(result.optimal);
+  EXPECT_FALSE(result.timed_out);
+  EXPECT_EQ(result.plan.arena_size, 9u);
 }
 
 }  // namespace

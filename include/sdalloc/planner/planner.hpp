@@ -84,6 +84,10 @@ struct PlannerOptions {
   double time_limit_seconds = 10.0;  // >= 0; above kMaxTimeLimitSeconds, that
   bool use_heuristics = true;        // run the greedy orders first
   bool use_search = true;            // then the canonical search
+  // 0: no limit; else the search stops after visiting this many nodes in all, as it does at
+  // the time limit. Unlike the clock it gives the same plan on every machine and every run
+  // (the fuzzers and tests that need one answer use it); the time limit still holds.
+  std::uint64_t max_search_nodes = 0;
   // Called about once a second while the search runs (nullptr: never).
   std::function<void(const PlanProgress&)> progress = nullptr;
 };

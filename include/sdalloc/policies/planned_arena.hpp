@@ -104,7 +104,10 @@ struct PlannedArenaOptions {
   std::size_t max_plans = 4;                     // plans kept at once (steps of other shapes)
   Stream plan_stream = kDefaultStream;           // the stream whose sequence is planned
   double planner_time_limit_seconds = 1.0;       // per plan, spent inside end_step()
-  CachingPoolOptions fallback = {};              // options of the fallback pool
+  // Also stop the planner's search after this many nodes (0: only the time limit): the same
+  // plan on every machine, e.g. for tests and fuzzers (PlannerOptions::max_search_nodes).
+  std::uint64_t planner_max_search_nodes = 0;
+  CachingPoolOptions fallback = {};  // options of the fallback pool
   // Serve the recording step's plan-stream allocations straight from the upstream, so the
   // step being recorded does not hold a pool's cache beside what is live. Off: the
   // fallback pool serves them (faster recording, more memory held while recording).

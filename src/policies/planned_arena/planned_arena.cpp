@@ -389,7 +389,8 @@ struct PlannedArena::Impl {
       recording_blocks.release_cache();
       ++counters.recorded_steps;
       const std::size_t recorded = recorder.event_count();
-      add_plan(recorder.finish(options.planner_time_limit_seconds));
+      add_plan(
+          recorder.finish(options.planner_time_limit_seconds, options.planner_max_search_nodes));
       if (recorder.gave_up()) {
         ++counters.unplanned_steps;
         unplannable_events =

@@ -41,7 +41,8 @@ void StepRecorder::record_free(void* p) {
   live_.erase(it);
 }
 
-std::shared_ptr<StepPlan> StepRecorder::finish(double planner_time_limit_seconds) {
+std::shared_ptr<StepPlan> StepRecorder::finish(double planner_time_limit_seconds,
+                                               std::uint64_t planner_max_search_nodes) {
   recording_ = false;  // first: should planning throw, the step is no longer recorded
   gave_up_ = false;
   live_.clear();
@@ -64,6 +65,7 @@ std::shared_ptr<StepPlan> StepRecorder::finish(double planner_time_limit_seconds
   if (buffers.empty()) return nullptr;  // nothing for an arena
   PlannerOptions planner_options;
   planner_options.time_limit_seconds = planner_time_limit_seconds;
+  planner_options.max_search_nodes = planner_max_search_nodes;
   const PlanResult result = plan(buffers, planner_options);
   if (result.cut_short) {
     gave_up_ = true;

@@ -32,11 +32,13 @@ class StepRecorder {
   // The free of `p`; pointers the recording did not hand out are not events of it.
   void record_free(void* p);
 
-  // Ends the recording and plans it (within planner_time_limit_seconds). Slots still live
+  // Ends the recording and plans it (within planner_time_limit_seconds and, unless 0,
+  // planner_max_search_nodes: PlannerOptions::max_search_nodes). Slots still live
   // become kept. nullptr when no slot is left for the arena, or when the planner ran out of
   // time before its first greedy plan was complete (gave_up() then says so: such a plan
   // would stack most buffers one over another). Such a step records again.
-  std::shared_ptr<StepPlan> finish(double planner_time_limit_seconds);
+  std::shared_ptr<StepPlan> finish(double planner_time_limit_seconds,
+                                   std::uint64_t planner_max_search_nodes = 0);
   bool gave_up() const { return gave_up_; }
   // Ends the recording without planning it.
   void abandon();
