@@ -48,6 +48,12 @@ std::vector<Option<PreloadConfig>> preload_rows() {
       "ask for transparent huge pages (madvise MADV_HUGEPAGE) on the pool's memory: one page "
       "fault per 2MiB instead of 512, where the kernel's THP setting allows it.",
       [](auto& c) -> auto& { return c.huge_pages; }));
+  own.push_back(config::bool_option<PreloadConfig>(
+      "keep_system_heap",
+      "glibc keeps the memory of the requests below the threshold: no mmap'd block below the "
+      "threshold and no heap trimming (mallopt M_MMAP_THRESHOLD, M_TRIM_THRESHOLD), so they "
+      "are not faulted in again every iteration. `false`: glibc's defaults.",
+      [](auto& c) -> auto& { return c.keep_system_heap; }));
   rows.insert(rows.begin() + 1, own.begin(), own.end());  // after mode
   return rows;
 }

@@ -35,6 +35,9 @@ struct PreloadConfig : config::PoolConf {
   std::string report;       // "", "stderr" or a file path: the summary written at exit
   std::string record;       // "" or a file path: the event trace of what the pool served
   bool huge_pages = false;  // madvise(MADV_HUGEPAGE) on the pool's memory
+  // glibc keeps what it serves below the threshold in its heaps (mallopt: no mmap'd blocks
+  // below the threshold, no trimming), as tcmalloc keeps its memory; off: glibc's defaults.
+  bool keep_system_heap = true;
 };
 
 const config::OptionTable<PreloadConfig>& preload_options();

@@ -30,6 +30,7 @@ TEST(PreloadConfig, DefaultsAreTheMeasuredThresholdAndPoolMode) {
   EXPECT_TRUE(c.report.empty());
   EXPECT_TRUE(c.record.empty());
   EXPECT_FALSE(c.huge_pages);
+  EXPECT_TRUE(c.keep_system_heap);
   test::expect_defaults_parse_back(preload_options());
 }
 
@@ -44,6 +45,7 @@ TEST(PreloadConfig, ParsesItsOwnKeys) {
   EXPECT_EQ(parse_preload_config(format_preload_config(c)).record, "/tmp/t.csv");
   EXPECT_EQ(parse_preload_config("mode:vmm").mode, Mode::kVmm);
   EXPECT_TRUE(parse_preload_config("huge_pages:true").huge_pages);
+  EXPECT_FALSE(parse_preload_config("keep_system_heap:false").keep_system_heap);
 }
 
 TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
@@ -51,7 +53,8 @@ TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
             "SDALLOC_CONF: mode must be pool, vmm or planned, in 'mode:async'");
   EXPECT_EQ(parse_error("backend:host"),
             "SDALLOC_CONF: unknown key 'backend' (known: mode, threshold, address_space, report, "
-            "record, huge_pages, capacity, replan_after, max_plans, granularity, min_segment, "
+            "record, huge_pages, keep_system_heap, capacity, replan_after, max_plans, granularity, "
+            "min_segment, "
             "huge_threshold, initial_reservation, release_before_growth, consolidate), in "
             "'backend:host'");
   EXPECT_EQ(parse_error("threshold:1KiB"),

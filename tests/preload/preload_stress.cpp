@@ -9,7 +9,10 @@
 // an allocation (the child must abort with a message). `capacity` checks that a full pool
 // hands requests to the system allocator; `off` that the program runs when the drop-in is off
 // (bad SDALLOC_CONF); `steps` marks steps (mode:planned); `autostep` runs a loop whose
-// steps the drop-in must find by itself (mode:planned). Exit 0: every check held.
+// steps the drop-in must find by itself (mode:planned); `system_heap` that glibc keeps the
+// memory of requests below the threshold (keep_system_heap, the default) and
+// `system_heap_default` that keep_system_heap:false leaves glibc's defaults. Exit 0: every
+// check held.
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sys/wait.h>
@@ -333,6 +336,30 @@ int run_all() {
   return 0;
 }
 
+// Requests below the threshold go to glibc. Kept (the default): a 512 KiB block comes from
+// its heap, not an mmap of its own, and freeing 8 MiB at the heap's top does not trim it.
+// glibc's defaults: a fresh process mmaps a 512 KiB block (its mmap threshold starts at
+// 128 KiB). mallinfo2 counts mmap'd blocks (hblks) and the heaps' bytes (arena).
+int run_system_heap(bool kept) {
+  const std::size_t blocks_before = mallinfo2().hblks;
+  void* volatile half = std::malloc(512 * 1024);
+  CHECK(half != nullptr && !owns(half));
+  const std::size_t blocks_after = mallinfo2().hblks;
+  std::free(half);
+  if (!kept) {
+    CHECK(blocks_after == blocks_before + 1);
+    return 0;
+  }
+  CHECK(blocks_after == blocks_before);
+  std::vector<void*> quarters;
+  for (int i = 0; i < 32; ++i) quarters.push_back(std::malloc(256 * 1024));
+  const std::size_t heap_full = mallinfo2().arena;
+  for (auto it = quarters.rbegin(); it != quarters.rend(); ++it) std::free(*it);
+  CHECK(mallinfo2().arena == heap_full);  // nothing trimmed
+  CHECK(heap_full >= 8 * kMiB);
+  return 0;
+}
+
 // SDALLOC_CONF=capacity:16MiB: requests beyond the cap still succeed, from glibc.
 int run_capacity() {
   std::vector<void*> blocks;
@@ -423,6 +450,8 @@ int main(int argc, char** argv) {
     if (what == "capacity") run_capacity();
     if (what == "steps") run_steps();
     if (what == "autostep") run_autostep();
+    if (what == "system_heap") run_system_heap(true);
+    if (what == "system_heap_default") run_system_heap(false);
   }
   if (g_failures == 0) std::printf("preload_stress %s: all checks held\n", what.c_str());
   return g_failures == 0 ? 0 : 1;
