@@ -95,9 +95,9 @@ struct PlannerOptions {
 struct PlanResult {
   Plan plan;
   std::uint64_t lower_bound = 0;
-  bool fits = false;     // plan.arena_size <= capacity (always true without a capacity)
-  bool optimal = false;  // the arena equals the lower bound, or the search proved minimality
-  bool timed_out = false;
+  bool fits = false;       // plan.arena_size <= capacity (always true without a capacity)
+  bool optimal = false;    // the arena equals the lower bound, or the search proved minimality
+  bool timed_out = false;  // the time limit (or max_search_nodes) ended the search
   // The time ran out before even greedy by size had placed every buffer: those left were
   // stacked one over another above the rest. Valid, but a poor plan (timed_out is set).
   bool cut_short = false;
