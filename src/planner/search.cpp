@@ -71,11 +71,11 @@ struct Partition {
 class ComponentSearch {
  public:
   ComponentSearch(const std::vector<Item>& items, std::uint32_t sections, std::uint64_t capacity,
-                  const SearchLimits& limits, const std::function<void(std::uint64_t)>& tick,
+                  const SearchSettings& settings, const std::function<void(std::uint64_t)>& tick,
                   std::uint64_t& nodes)
       : items_(items),
         capacity_(capacity),
-        limits_(limits),
+        settings_(settings),
         tick_(tick),
         nodes_(nodes),
         unplaced_(sections),
@@ -167,18 +167,21 @@ class ComponentSearch {
       for (std::uint32_t s = item.first_section; s < item.end_section; ++s) {
         fullest = std::max(fullest, total_[s]);
       }
-      const std::uint64_t area = saturating_mul(item.size, item.lifetime);
+      const std::uint64_t scale = key_scale(item.input);
+      const std::uint64_t lifetime = scaled(item.lifetime, scale);
+      const std::uint64_t area = scaled(saturating_mul(item.size, item.lifetime), scale);
+      fullest = scaled(fullest, scale);
       // Descending on the three criteria, then ascending index (hence the complement).
       const std::uint32_t index_key = std::numeric_limits<std::uint32_t>::max() - i;
       switch (preorder_) {
         case Preorder::kWidthAreaTotal:
-          keyed.push_back({Key{item.lifetime, area, fullest, index_key}, i});
+          keyed.push_back({Key{lifetime, area, fullest, index_key}, i});
           break;
         case Preorder::kTotalAreaWidth:
-          keyed.push_back({Key{fullest, area, item.lifetime, index_key}, i});
+          keyed.push_back({Key{fullest, area, lifetime, index_key}, i});
           break;
         case Preorder::kTotalWidthArea:
-          keyed.push_back({Key{fullest, item.lifetime, area, index_key}, i});
+          keyed.push_back({Key{fullest, lifetime, area, index_key}, i});
           break;
       }
     }
@@ -187,12 +190,35 @@ class ComponentSearch {
     for (std::uint32_t r = 0; r < keyed.size(); ++r) rank_[keyed[r].second] = r;
   }
 
+  // The factor, in 1/1024ths, that order_seed gives buffer `input`'s keys: 1024 without a
+  // seed, else 960 to 1088 (SearchSettings), from a splitmix64 hash of seed and buffer.
+  std::uint64_t key_scale(std::size_t input) const {
+    if (settings_.order_seed == 0) return 1024;
+    std::uint64_t h = settings_.order_seed * 0x9E3779B97F4A7C15ULL + input;
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL;
+    h ^= h >> 31;
+    return 960 + h % 129;
+  }
+  // key * scale / 1024, rounded down, saturating: (key / 1024) * scale + (key % 1024) *
+  // scale / 1024, whose second term is below 2^21.
+  static std::uint64_t scaled(std::uint64_t key, std::uint64_t scale) {
+    const std::uint64_t high = saturating_mul(key >> 10, scale);
+    const std::uint64_t low = ((key & 1023) * scale) >> 10;
+    return high > std::numeric_limits<std::uint64_t>::max() - low
+               ? std::numeric_limits<std::uint64_t>::max()
+               : high + low;
+  }
+
   bool out_of_time() {
     ++nodes_;
-    if (limits_.max_nodes != 0 && nodes_ >= limits_.max_nodes) return true;
+    if (settings_.max_nodes != 0 && nodes_ >= settings_.max_nodes) return true;
     if ((nodes_ & 255) != 0) return false;
     if (tick_) tick_(nodes_);
-    return std::chrono::steady_clock::now() >= limits_.deadline;
+    if (settings_.cancel != nullptr && settings_.cancel->load(std::memory_order_relaxed)) {
+      return true;
+    }
+    return std::chrono::steady_clock::now() >= settings_.deadline;
   }
 
   // Every plan below this node places the partition's buffers at (offset, rank) not below
@@ -357,7 +383,7 @@ class ComponentSearch {
 
   const std::vector<Item>& items_;
   std::uint64_t capacity_;
-  const SearchLimits& limits_;
+  const SearchSettings& settings_;
   const std::function<void(std::uint64_t)>& tick_;
   std::uint64_t& nodes_;
   std::uint64_t node_budget_ = 0;
@@ -382,14 +408,14 @@ class ComponentSearch {
 // Tries the static orders in turn with a node budget that doubles each round, so an order
 // that suits the instance finishes early (MiniMalloc's round robin).
 SearchOutcome search_component(const std::vector<Item>& items, std::uint32_t sections,
-                               std::uint64_t capacity, const SearchLimits& limits,
+                               std::uint64_t capacity, const SearchSettings& settings,
                                const std::function<void(std::uint64_t)>& tick, std::uint64_t& nodes,
                                std::vector<std::uint64_t>& positions) {
   std::uint64_t budget = std::max<std::uint64_t>(items.size(), 16);
   while (true) {
     budget *= 2;
     for (const Preorder preorder : kPreorders) {
-      ComponentSearch search(items, sections, capacity, limits, tick, nodes);
+      ComponentSearch search(items, sections, capacity, settings, tick, nodes);
       const Outcome outcome = search.run(preorder, budget);
       if (outcome == Outcome::kFound) {
         positions = search.positions();
@@ -403,7 +429,7 @@ SearchOutcome search_component(const std::vector<Item>& items, std::uint32_t sec
 
 // search_within on the caller's stack; search_within runs it on a deep one (deep_stack.hpp).
 SearchResult search_on_this_stack(std::span<const Buffer> buffers, std::uint64_t capacity,
-                                  const SearchLimits& limits,
+                                  const SearchSettings& settings,
                                   const std::function<void(std::uint64_t)>& tick) {
   SearchResult result;
   result.plan.offsets.assign(buffers.size(), 0);
@@ -453,7 +479,7 @@ SearchResult search_on_this_stack(std::span<const Buffer> buffers, std::uint64_t
     }
     std::vector<std::uint64_t> positions;
     result.outcome = search_component(items, static_cast<std::uint32_t>(times.size()), capacity,
-                                      limits, tick, result.nodes, positions);
+                                      settings, tick, result.nodes, positions);
     if (result.outcome != SearchOutcome::kFound) return result;
     for (std::size_t i = 0; i < items.size(); ++i) {
       const std::size_t input = items[i].input;
@@ -469,16 +495,16 @@ SearchResult search_on_this_stack(std::span<const Buffer> buffers, std::uint64_t
 }  // namespace
 
 SearchResult search_within(std::span<const Buffer> buffers, std::uint64_t capacity,
-                           const SearchLimits& limits,
+                           const SearchSettings& settings,
                            const std::function<void(std::uint64_t)>& tick) {
   // The recursion is as deep as a component has buffers; a few hundred levels fit any
   // thread's stack (a few KiB a level under AddressSanitizer), and a thread of its own
   // would cost more than such a search (the fuzzers plan thousands of them a second).
   if (buffers.size() <= kBuffersOnCallersStack) {
-    return search_on_this_stack(buffers, capacity, limits, tick);
+    return search_on_this_stack(buffers, capacity, settings, tick);
   }
   SearchResult result;
-  run_on_deep_stack([&] { result = search_on_this_stack(buffers, capacity, limits, tick); });
+  run_on_deep_stack([&] { result = search_on_this_stack(buffers, capacity, settings, tick); });
   return result;
 }
 

@@ -4,9 +4,12 @@
 // Limits stay short: the suite also runs under the sanitizers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sdalloc/core/errors.hpp"
@@ -129,6 +132,75 @@ TEST(PlannerMinimiser, MiniMallocDScaledNearTwoToThe64PlansWithoutWrapping) {
   EXPECT_GE(result.plan.arena_size, result.lower_bound);
   EXPECT_EQ(result.plan.arena_size % (std::uint64_t{1} << 53), 0u);
   EXPECT_TRUE(result.timed_out);
+}
+
+TEST(PlannerMinimiser, RestartsBringDWithinFourAndAHalfPercentOfItsBoundInFixedNodes) {
+  // Issue 16's bar for D is 1.045 x the bound. In 300,000 nodes (one thread, so the same
+  // plan on every machine: 3.4 s here) the sweeps under new seeds find 1025024 bytes
+  // (1.0395 x); the static orders alone stayed at 1031168 (1.0457 x) in 10 s.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a result, not memory safety: 30-60 s under the sanitizers";
+#endif
+  const std::vector<Buffer> buffers = instance("D");
+  const PlanResult result =
+      plan(buffers, PlannerOptions{.time_limit_seconds = 600.0, .max_search_nodes = 300000});
+  EXPECT_NO_THROW(validate(buffers, result.plan));
+  EXPECT_LE(result.plan.arena_size, 1030144u);  // 1.045 x 986112 on the 1 KiB grid
+  EXPECT_LE(result.search_nodes, 300000u);
+}
+
+TEST(PlannerMinimiser, ThreadsSweepBesideTheBisectionAndShareOneBestPlan) {
+  // Two and four threads (more than this machine has cores: they take turns) on D and J,
+  // whose bounds are out of reach, so every phase runs and the threads cancel each other's
+  // probes as plans are found. The progress reports (about once a second, hence the limit)
+  // come one at a time from whichever thread is searching (TSan runs this suite).
+  const double limit = std::max(1.3, kShortLimit);
+  for (const auto& [name, threads] : {std::pair{"D", 2U}, std::pair{"D", 4U}, std::pair{"J", 2U}}) {
+    const std::vector<Buffer> buffers = instance(name);
+    const PlanResult greedy = plan(buffers, PlannerOptions{.use_search = false});
+    std::atomic<int> reports{0};
+    std::atomic<int> inside{0};
+    std::atomic<bool> overlapped{false};
+    const auto report = [&](const PlanProgress& p) {
+      if (inside.fetch_add(1) != 0) overlapped = true;
+      EXPECT_LT(p.probing, p.best_arena);
+      reports.fetch_add(1);
+      inside.fetch_sub(1);
+    };
+    const PlanResult result =
+        plan(buffers,
+             PlannerOptions{.time_limit_seconds = limit, .threads = threads, .progress = report});
+    EXPECT_NO_THROW(validate(buffers, result.plan)) << name << threads;
+    EXPECT_LT(result.plan.arena_size, greedy.plan.arena_size) << name << threads;
+    EXPECT_EQ(result.method, "search") << name << threads;
+    EXPECT_TRUE(result.timed_out) << name << threads;
+    EXPECT_FALSE(result.optimal) << name << threads;
+    EXPECT_LE(result.seconds, limit + kDeadlineSlack) << name << threads;
+    EXPECT_GT(reports.load(), 0) << name << threads;
+    EXPECT_FALSE(overlapped.load()) << name << threads;
+  }
+}
+
+TEST(PlannerMinimiser, ThreadsStopAtOnceWhenTheBoundIsReached) {
+  // C's bound is found by the first probe; the sweeping threads must not keep the call
+  // running to its time limit.
+  const std::vector<Buffer> buffers = instance("C");
+  const PlanResult result = plan(buffers, PlannerOptions{.time_limit_seconds = 30.0, .threads = 3});
+  EXPECT_EQ(result.plan.arena_size, result.lower_bound);
+  EXPECT_EQ(result.method, "search");  // greedy does not reach it: the threads ran
+  EXPECT_TRUE(result.optimal);
+  EXPECT_LT(result.seconds, 10.0);
+}
+
+TEST(PlannerMinimiser, ANodeLimitKeepsOneThreadAndOneAnswer) {
+  // A node limit is there for the same plan on every run: threads do not change that.
+  const std::vector<Buffer> buffers = instance("D");
+  const PlannerOptions options{.time_limit_seconds = 60.0, .max_search_nodes = 30000, .threads = 4};
+  const PlanResult first = plan(buffers, options);
+  const PlanResult again = plan(buffers, options);
+  EXPECT_EQ(first.plan.offsets, again.plan.offsets);
+  EXPECT_EQ(first.search_nodes, again.search_nodes);
+  EXPECT_LE(first.search_nodes, 30000u);
 }
 
 }  // namespace

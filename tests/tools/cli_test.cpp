@@ -249,6 +249,30 @@ TEST(Cli, PlanPrintsJsonAndItsExitStatusSaysWhetherThePlanFits) {
   EXPECT_EQ(run_cli(dir, "plan").status, 2);  // INPUT is required
 }
 
+TEST(Cli, PlanThreadsAndNodeLimit) {
+  TempDir dir;
+  const std::string instance = std::string(SDALLOC_DATA_DIR) + "/minimalloc/D.1048576.csv";
+  // A node limit gives the same plan on every run, whatever --threads says.
+  const std::string first = dir.file("first.csv");
+  const std::string again = dir.file("again.csv");
+  const std::string limited = "plan --json --threads 2 --max-nodes 5000 '" + instance + "' -o ";
+  ASSERT_EQ(run_cli(dir, limited + "'" + first + "'").status, 0);
+  ASSERT_EQ(run_cli(dir, limited + "'" + again + "'").status, 0);
+  EXPECT_EQ(test::read_file(first), test::read_file(again));
+  // Two threads for half a second: a valid plan below greedy's (1.3 x the bound on D).
+  const CliRun threaded =
+      run_cli(dir, "plan --json --threads 2 --time-limit 0.5 '" + instance + "'");
+  ASSERT_EQ(threaded.status, 0) << threaded.err;
+  EXPECT_LT(nlohmann::json::parse(threaded.out).at("ratio").get<double>(), 1.2);
+  // Out of range: a usage error naming the option.
+  const CliRun many = run_cli(dir, "plan --threads 65 '" + instance + "'");
+  EXPECT_EQ(many.status, 2);
+  EXPECT_TRUE(Contains(many.err, "--threads")) << many.err;
+  const CliRun negative = run_cli(dir, "plan --max-nodes -1 '" + instance + "'");
+  EXPECT_EQ(negative.status, 2);  // not 2^64 - 1
+  EXPECT_TRUE(Contains(negative.err, "'-1' is not a count")) << negative.err;
+}
+
 // ---------------------------------------------------------------------------------------
 // Issue 15: F7 (/dev/zero fails fast) and F9 (messages and --capacity).
 

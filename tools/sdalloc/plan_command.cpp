@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -40,6 +41,22 @@ CLI::Validator non_negative_seconds() {
       "SECONDS");
 }
 
+// A count: decimal digits only, below 2^64 (CLI11 alone takes "-1" as 2^64 - 1).
+CLI::Validator count_option() {
+  return CLI::Validator(
+      [](const std::string& text) {
+        const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
+        const bool digits =
+            !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        errno = 0;
+        if (!digits || (std::strtoull(text.c_str(), nullptr, 10), errno == ERANGE)) {
+          return std::string("'").append(shown).append("' is not a count from 0 to 2^64 - 1");
+        }
+        return std::string();
+      },
+      "COUNT");
+}
+
 // MiniMalloc CSVs start with "id,"; anything else (including gzip) is read as an event trace.
 // Only those 3 bytes are read to tell: a file with no line end (/dev/zero) must not be read
 // whole here.
@@ -61,6 +78,8 @@ int PlanCommand::run() const {
   sdalloc::PlannerOptions planner_options;
   planner_options.capacity = options.capacity;
   planner_options.time_limit_seconds = options.time_limit;
+  planner_options.threads = options.threads;
+  planner_options.max_search_nodes = options.max_nodes;
   planner_options.progress = [](const sdalloc::PlanProgress& progress) {
     std::fprintf(stderr, "  %6.1f s  best arena %llu  lower bound %llu  probing %llu  %llu nodes\n",
                  progress.seconds, static_cast<unsigned long long>(progress.best_arena),
@@ -118,6 +137,16 @@ void PlanCommand::add_to(CLI::App& app) {
   plan->add_option("--time-limit", options.time_limit,
                    "seconds the planner may spend (above 1e9: 1e9, no limit in effect)")
       ->check(non_negative_seconds())
+      ->capture_default_str();
+  plan->add_option("--threads", options.threads,
+                   "threads for the search's probes without --capacity (0: one per hardware "
+                   "thread; at most 64)")
+      ->check(CLI::Range(0U, sdalloc::PlannerOptions::kMaxThreads))
+      ->capture_default_str();
+  plan->add_option("--max-nodes", options.max_nodes,
+                   "stop the search after this many nodes in all (0: no limit): the same plan "
+                   "on every machine and run (one thread)")
+      ->check(count_option())
       ->capture_default_str();
   plan->add_flag("--json", options.json, "print one JSON object");
   subcommand = plan;

@@ -88,7 +88,15 @@ struct PlannerOptions {
   // the time limit. Unlike the clock it gives the same plan on every machine and every run
   // (the fuzzers and tests that need one answer use it); the time limit still holds.
   std::uint64_t max_search_nodes = 0;
-  // Called about once a second while the search runs (nullptr: never).
+  // Threads for the search's probes while minimising (no capacity): 1 runs them in turn on
+  // the calling thread; more run sweeps below the best plan beside the bisection, so the
+  // same time limit gives more search (docs/planner.md); 0: one per hardware thread. At most
+  // kMaxThreads. With more than one, the plan found may differ from run to run, as the time
+  // each probe gets does; with a node limit the search runs on one thread whatever this says.
+  unsigned threads = 1;
+  static constexpr unsigned kMaxThreads = 64;
+  // Called about once a second while the search runs (nullptr: never); with several
+  // threads, from whichever is searching, one call at a time.
   std::function<void(const PlanProgress&)> progress = nullptr;
 };
 
