@@ -7,6 +7,11 @@
     trace_tools.py concat A B ... -o OUT  the traces back to back, ids renumbered so they stay
                                         unique (a shape-change sequence: UNet then VAE, or one
                                         resolution after another)
+    trace_tools.py weights IN --bytes B [--steps N] -o OUT
+                                        a model's weights around a loop: at least B bytes in
+                                        tensors of UNet-like parameter sizes allocated first,
+                                        then IN N times (default 4), then the weights freed - the
+                                        stream never empties, as in a process that holds its model
     trace_tools.py stats IN [-o JSON]   allocations, peak live, total allocated, size histogram
 
 Invariants: the output is a valid trace (header op,id,size[,stream]; ids unique, never reused;
@@ -85,6 +90,32 @@ def concat(paths):
     return result
 
 
+# float32 parameter sizes of an SD-style UNet (convolutions 3x3 and 1x1, attention and
+# linear projections, norms and biases), taken in turn: the weights are deterministic.
+WEIGHT_SIZES = [320 * 4, 320 * 320 * 9 * 4, 640 * 4, 640 * 640 * 4, 1280 * 1280 * 9 * 4,
+                320 * 768 * 4, 1280 * 4, 1280 * 768 * 4, 640 * 320 * 9 * 4, 2560 * 4,
+                640 * 640 * 9 * 4, 1280 * 1280 * 4, 640 * 768 * 4, 320 * 320 * 4]
+
+
+def weights(path, total_bytes, steps):
+    """The weights (at least total_bytes, live throughout), then the trace `steps` times."""
+    if total_bytes <= 0 or steps <= 0:
+        raise SystemExit("weights: --bytes and --steps must be positive")
+    step = list(read_events(path))
+    result, next_id, size_sum, held = [], 0, 0, []
+    while size_sum < total_bytes:
+        size = WEIGHT_SIZES[len(held) % len(WEIGHT_SIZES)]
+        held.append((next_id, size))
+        result.append(("a", next_id, size, 0))
+        next_id += 1
+        size_sum += size
+    for _ in range(steps):
+        part, next_id = renumbered(step, next_id)
+        result.extend(part)
+    result.extend(("f", ident, size, 0) for ident, size in held)
+    return result
+
+
 def stats(events):
     live = peak = total = allocs = 0
     buckets = {"lt_4KiB": 0, "4KiB_1MiB": 0, "1MiB_64MiB": 0, "ge_64MiB": 0}
@@ -106,9 +137,11 @@ def stats(events):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
-    parser.add_argument("command", choices=["clean", "concat", "stats"])
+    parser.add_argument("command", choices=["clean", "concat", "weights", "stats"])
     parser.add_argument("inputs", nargs="+")
     parser.add_argument("-o", "--output")
+    parser.add_argument("--bytes", type=int, help="weights: bytes of weights (at least)")
+    parser.add_argument("--steps", type=int, default=4, help="weights: times the trace runs")
     args = parser.parse_args(argv)
     if args.command != "concat" and len(args.inputs) != 1:
         parser.error(f"{args.command} takes one input")
@@ -122,7 +155,14 @@ def main(argv=None):
         return 0
     if not args.output:
         parser.error(f"{args.command} needs -o OUT")
-    events = clean(args.inputs[0]) if args.command == "clean" else concat(args.inputs)
+    if args.command == "weights":
+        if args.bytes is None:
+            parser.error("weights needs --bytes B")
+        events = weights(args.inputs[0], args.bytes, args.steps)
+    elif args.command == "clean":
+        events = clean(args.inputs[0])
+    else:
+        events = concat(args.inputs)
     with open(args.output, "w", encoding="ascii") as out:
         write_events(events, out)
     return 0

@@ -62,6 +62,9 @@ struct ShardFigures {
   std::size_t peak_live_bytes = 0;
   std::size_t allocated_bytes = 0;
   std::size_t peak_allocated_bytes = 0;
+  // The peak since the pool last set it to allocated_bytes (CachingPool: since a floor;
+  // not part of PoolStats).
+  std::size_t peak_allocated_since_mark = 0;
   std::size_t live_allocations = 0;
   std::size_t peak_live_allocations = 0;
   std::uint64_t allocations = 0;
@@ -163,6 +166,13 @@ class alignas(64) PoolShard {
   std::vector<PendingFree> pending;
   ShardFigures figures;
   bool churned = false;  // released segments to grow since the last consolidation
+  // For consolidation while long-lived blocks stay (CachingPool's note_low): the fewest
+  // bytes allocated since it churned, and the floor it came back to, with the peak then.
+  std::size_t churn_low = 0;
+  std::size_t floor_bytes = 0;
+  std::size_t floor_peak = 0;
+  bool floor_armed = false;
+  bool churned_since_floor = false;
   // The shard became empty while it wants consolidating: done at its next allocation, not
   // at the free (a pool whose last tensor dies at exit must not take a new arena).
   bool consolidation_due = false;

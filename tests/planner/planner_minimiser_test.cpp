@@ -195,12 +195,12 @@ TEST(PlannerMinimiser, ThreadsStopAtOnceWhenTheBoundIsReached) {
 TEST(PlannerMinimiser, ANodeLimitKeepsOneThreadAndOneAnswer) {
   // A node limit is there for the same plan on every run: threads do not change that.
   const std::vector<Buffer> buffers = instance("D");
-  const PlannerOptions options{.time_limit_seconds = 60.0, .max_search_nodes = 30000, .threads = 4};
+  const PlannerOptions options{.time_limit_seconds = 60.0, .max_search_nodes = 10000, .threads = 4};
   const PlanResult first = plan(buffers, options);
   const PlanResult again = plan(buffers, options);
   EXPECT_EQ(first.plan.offsets, again.plan.offsets);
   EXPECT_EQ(first.search_nodes, again.search_nodes);
-  EXPECT_LE(first.search_nodes, 30000u);
+  EXPECT_LE(first.search_nodes, 10000u);
 }
 
 }  // namespace

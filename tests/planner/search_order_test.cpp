@@ -32,10 +32,10 @@ TEST(SearchOrder, AnotherSeedFindsInAFewThousandNodesWhatTheStaticOrderMisses) {
   // 5035 nodes. This is why the minimiser's sweeps restart under new seeds.
   const std::vector<Buffer> buffers = instance_d();
   constexpr std::uint64_t kCapacity = 1030144;
-  const SearchResult static_order = search_within(buffers, kCapacity, within_nodes(50000, 0), {});
+  const SearchResult static_order = search_within(buffers, kCapacity, within_nodes(20000, 0), {});
   EXPECT_EQ(static_order.outcome, SearchOutcome::kTimedOut);
-  EXPECT_EQ(static_order.nodes, 50000u);
-  const SearchResult seeded = search_within(buffers, kCapacity, within_nodes(50000, 11), {});
+  EXPECT_EQ(static_order.nodes, 20000u);
+  const SearchResult seeded = search_within(buffers, kCapacity, within_nodes(20000, 11), {});
   ASSERT_EQ(seeded.outcome, SearchOutcome::kFound);
   EXPECT_LT(seeded.nodes, 10000u);
   EXPECT_LE(seeded.plan.arena_size, kCapacity);
@@ -44,9 +44,9 @@ TEST(SearchOrder, AnotherSeedFindsInAFewThousandNodesWhatTheStaticOrderMisses) {
 
 TEST(SearchOrder, TheSameSeedWalksTheSameTree) {
   const std::vector<Buffer> buffers = instance_d();
-  for (const std::uint64_t seed : {0u, 3u, 11u}) {
-    const SearchResult first = search_within(buffers, 1040384, within_nodes(20000, seed), {});
-    const SearchResult again = search_within(buffers, 1040384, within_nodes(20000, seed), {});
+  for (const std::uint64_t seed : {0u, 11u}) {
+    const SearchResult first = search_within(buffers, 1040384, within_nodes(5000, seed), {});
+    const SearchResult again = search_within(buffers, 1040384, within_nodes(5000, seed), {});
     ASSERT_EQ(first.outcome, again.outcome) << seed;
     EXPECT_EQ(first.nodes, again.nodes) << seed;
     EXPECT_EQ(first.plan.offsets, again.plan.offsets) << seed;

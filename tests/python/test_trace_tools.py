@@ -1,6 +1,6 @@
-"""scripts/trace_tools.py (clean, concat, stats) and workloads/vae_decoder.py: the edits keep a
+"""scripts/trace_tools.py (clean, concat, weights, stats) and workloads/vae_decoder.py: the edits keep a
 valid trace (ids renumbered, frees repeating sizes), clean drops what lives for most of the
-trace, a bad input is an error naming the file and line; the decoder's tiny run gives the
+trace, weights holds the stream across the steps, a bad input is an error naming the file and line; the decoder's tiny run gives the
 image side 8 x the latent and the same checksum twice.
 
 Run: /usr/bin/python3 -m pytest -q tests/python/test_trace_tools.py
@@ -60,6 +60,27 @@ def test_concat_renumbers_so_ids_stay_unique(tmp_path):
     assert stats["peak_live_bytes"] == 30
     assert stats["total_allocated_bytes"] == 60
     assert stats["live_at_end_bytes"] == 0
+
+
+def test_weights_hold_the_stream_across_every_step(tmp_path):
+    step = write(tmp_path / "step.csv", ["a,0,100", "a,1,50", "f,0,100", "f,1,50"])
+    out = tmp_path / "w.csv"
+    result = run("weights", step, "--bytes", 3_000_000, "--steps", 3, "-o", out)
+    assert result.returncode == 0, result.stderr
+    ev = events(out)
+    weights = [e for e in ev if e[0] == "a" and e[2] not in ("100", "50")]
+    # At least 3 MB of weights, allocated first and freed last, never in between.
+    assert sum(int(e[2]) for e in weights) >= 3_000_000
+    assert ev[:len(weights)] == weights
+    assert [e[1] for e in ev[-len(weights):]] == [e[1] for e in weights]
+    assert len(ev) == 2 * len(weights) + 3 * 4
+    ids = [e[1] for e in ev if e[0] == "a"]
+    assert len(ids) == len(set(ids))  # renumbered: every step's ids are new
+    stats = json.loads(run("stats", out).stdout)
+    assert stats["live_at_end_bytes"] == 0
+    assert stats["peak_live_bytes"] == sum(int(e[2]) for e in weights) + 150
+    assert run("weights", step, "-o", out).returncode != 0  # --bytes is needed
+    assert run("weights", step, "--bytes", 0, "-o", out).returncode != 0
 
 
 @pytest.mark.parametrize("lines, message", [

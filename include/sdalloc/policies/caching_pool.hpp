@@ -24,13 +24,17 @@
 //    the pool's footprint follows what is live instead of what was cached.
 //  - Consolidation: separate segments never merge, so a pool that releases before growing
 //    would release and re-take the same memory in every iteration of a loop. When a
-//    stream that did so becomes empty (no live allocation) while it holds two or more
-//    segments, they are returned and replaced by one segment of the size the stream
-//    needed at its peak, plus 1/16 (consolidate_when_empty). A loop that repeats the same
-//    work then runs in one arena with no further growth or release. The swap happens at
-//    the stream's next allocation, not at the free that emptied it: that free is often the
-//    last one (at exit, or after the user dropped the model), and a new arena then would
-//    be taken for nothing.
+//    stream that did so ends the work that churned while it holds two or more segments,
+//    its wholly free segments are returned and replaced by one segment of the size the
+//    stream needed at its peak, plus 1/16 of what it needed above its floor
+//    (consolidate_when_empty). The work has ended when the stream is empty (no live
+//    allocation), or when it is back at a floor of long-lived blocks (a model's weights,
+//    at least half the peak) that it came back to before, with another churn and a rise
+//    to the peak in between: a loop step that starts and ends at the same floor. A loop that
+//    repeats the same work then runs in one arena with no further growth or release. The swap
+//    happens at the stream's next allocation, not at the free that ended the work: that free is
+//    often the last one (at exit, or after the user dropped the model), and a new arena
+//    then would be taken for nothing.
 //  - Out of memory: when the resource refuses, the pool waits for pending cross-stream
 //    frees, releases every wholly free segment and retries once; then it throws OutOfMemory
 //    stating the request, live bytes, reserved bytes, largest free block and capacity.
@@ -80,8 +84,8 @@ struct CachingPoolOptions {
   std::size_t min_segment_size = std::size_t{2} << 20;     // smallest segment asked for
   std::size_t huge_threshold = std::size_t{8} << 20;       // requests this big get own blocks
   bool release_cached_before_growth = true;                // see "Growth" above
-  bool consolidate_when_empty = true;                      // see "Consolidation" above
-  StreamEvents* stream_events = nullptr;                   // nullptr: HostStreamEvents
+  bool consolidate_when_empty = true;     // see "Consolidation" above (also at a floor)
+  StreamEvents* stream_events = nullptr;  // nullptr: HostStreamEvents
 
   // Throws InvalidArgument naming the first bad field: granularity not a power of two of
   // at least 4 KiB, min_segment_size or initial_reservation not a multiple of it, or a

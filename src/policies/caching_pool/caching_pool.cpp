@@ -72,7 +72,7 @@ OutOfMemoryInfo CachingPool::Impl::oom_info(std::size_t requested) const {
 void CachingPool::Impl::recycle(PoolShard& owner, Block* block,
                                 std::unique_lock<detail::SpinLock>& /*lock*/) {
   owner.release(block);
-  if (wants_consolidation(owner)) owner.consolidation_due = true;  // at its next allocation
+  note_low(owner);
 }
 
 // =======================================================================================

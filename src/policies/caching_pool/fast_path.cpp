@@ -57,7 +57,7 @@ void CachingPool::Impl::free(void* ptr, Stream stream, const std::size_t* expect
       check_size(block, ptr, expected_bytes);
       shard.forget_live(block);
       shard.release(block);
-      if (wants_consolidation(shard)) shard.consolidation_due = true;
+      note_low(shard);
       return;
     }
   }
@@ -105,7 +105,11 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
       counters.reserved_bytes.current() + segment_size > counters.reserved_bytes.peak() &&
       release_free_segments(&shard, /*wait=*/false) != 0) {
     std::lock_guard lock(shard.mutex);
-    shard.churned = true;  // memory went back only to be asked for again: see consolidate()
+    // Memory went back only to be asked for again: see consolidate().
+    const std::size_t allocated = shard.figures.allocated_bytes;
+    shard.churn_low = shard.churned ? std::min(shard.churn_low, allocated) : allocated;
+    shard.churned = true;
+    shard.churned_since_floor = true;
   }
   void* base = nullptr;
   try {

@@ -103,15 +103,19 @@ void CachingPool::Impl::reserve_initial() {
 //
 // Separate segments cannot merge. A pool that keeps its footprint low by releasing free
 // segments before it grows (release_cached_before_growth) then asks for the same memory
-// again in every iteration of a loop: system calls and page faults each time. When a
-// stream's shard that has churned so becomes empty while it holds several segments, they
-// are swapped for one segment of the size the shard needed at its peak: the next
-// iteration of the same work runs in one arena, where best fit packs it without growing
-// or releasing (see docs/caching_pool.md for the measurements).
+// again in every iteration of a loop: system calls and page faults each time. When the
+// work of a stream's shard that has churned so ends (it is empty, or back at a floor of
+// long-lived blocks: note_low in caching_pool_impl.hpp) while it holds several segments,
+// its wholly free ones are swapped for one segment of the size the shard needed at its
+// peak: the next iteration of the same work runs in one arena (beside the segments of the
+// long-lived blocks), where best fit packs it without growing or releasing (see
+// docs/caching_pool.md for the measurements).
 
 namespace {
-// A consolidated arena holds at least the peak allocated bytes plus 1/kArenaHeadroom:
-// replays of the SD 1.5 UNet trace need about 1 % beyond the live peak in one arena.
+// A consolidated arena holds at least the peak allocated bytes plus 1/kArenaHeadroom of
+// what the work needed above the floor it ended at (all of it when the stream is empty):
+// replays of the SD 1.5 UNet trace need about 1 % beyond the live peak in one arena, and
+// the long-lived blocks below the floor stay where they are.
 constexpr std::size_t kArenaHeadroom = 16;
 }  // namespace
 
@@ -121,20 +125,23 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
   {
     std::lock_guard lock(shard.mutex);
     shard.consolidation_due = false;
-    if (!wants_consolidation(shard)) return;  // another thread got there first, or in use
+    if (!may_consolidate(shard)) return;  // another thread got there first, or in use
     segments = shard.releasable_segments();
     if (segments.size() < 2) return;
     shard.churned = false;
+    shard.floor_armed = false;
     for (Segment* s : segments) {
       shard.remove_segment(s, /*keep_block=*/false);
       counters.reserved_bytes.sub(s->size);
       counters.segments.sub(1);
     }
     // What the shard held at its peak is what the work needed in segments; one arena
-    // packs better, but best fit still needs a little room beyond the live peak.
+    // packs better, but best fit still needs a little room beyond the live peak. The
+    // segments still holding blocks (reserved_bytes now) count towards it.
     const detail::ShardFigures& f = shard.figures;
     const std::size_t needed = std::max(
-        f.peak_reserved_bytes, f.peak_allocated_bytes + f.peak_allocated_bytes / kArenaHeadroom);
+        f.peak_reserved_bytes,
+        f.peak_allocated_bytes + (f.peak_allocated_bytes - f.allocated_bytes) / kArenaHeadroom);
     target = needed > f.reserved_bytes ? needed - f.reserved_bytes : 0;  // pinned may do
   }
   return_segments(segments, shard.stream);
