@@ -286,8 +286,9 @@ class ProbeSchedule {
     while (true) {
       std::uint64_t k = 1;
       while (k < 63 && (std::uint64_t{1} << k) - 1 < i) ++k;
-      if ((std::uint64_t{1} << k) - 1 == i)
+      if ((std::uint64_t{1} << k) - 1 == i) {
         return std::uint64_t{1} << std::min<std::uint64_t>(k - 1, 20);
+      }
       i -= (std::uint64_t{1} << (k - 1)) - 1;
     }
   }

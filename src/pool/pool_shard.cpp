@@ -72,8 +72,9 @@ Block* PoolShard::make_live(Block* block, std::size_t requested) {
   ++f.live_allocations;
   if (f.live_bytes > f.peak_live_bytes) f.peak_live_bytes = f.live_bytes;
   if (f.allocated_bytes > f.peak_allocated_bytes) f.peak_allocated_bytes = f.allocated_bytes;
-  if (f.allocated_bytes > f.peak_allocated_since_mark)
+  if (f.allocated_bytes > f.peak_allocated_since_mark) {
     f.peak_allocated_since_mark = f.allocated_bytes;
+  }
   if (f.live_allocations > f.peak_live_allocations) f.peak_live_allocations = f.live_allocations;
   return block;
 }
