@@ -80,7 +80,9 @@ class RmmLogParser {
     const Action action = read_action(field[2]);
     const std::uint64_t pointer = read_pointer(field[3]);
     const std::uint64_t size = read_decimal("size", field[4]);
-    const std::uint64_t stream = stream_number(read_stream(field[5]));
+    // Checked on every line, numbered only where a call becomes an event: a handle seen on
+    // skipped lines alone is no stream of the trace.
+    const std::uint64_t handle = read_stream(field[5]);
 
     if (action == Action::kAllocateFailure) {
       ++log_.allocation_failures;
@@ -95,9 +97,9 @@ class RmmLogParser {
       return;
     }
     if (action == Action::kAllocate) {
-      allocate(pointer, size, stream);
+      allocate(pointer, size, stream_number(handle));
     } else {
-      deallocate(pointer, size, stream);
+      deallocate(pointer, size, stream_number(handle));
     }
   }
 

@@ -74,6 +74,24 @@ TEST(RmmLog, StreamsAreNumberedInOrderOfFirstAppearance) {
   EXPECT_EQ(log.streams, (std::vector<std::uint64_t>{0x7f00aa, 0}));
 }
 
+// Found by the trace fuzzer (tests/fuzz/corpus/trace/rmm_streams_of_skipped_lines): a
+// handle seen only on skipped lines (allocate failures, null zero-byte calls) was numbered
+// too, so `streams` named streams no event used. Its handle is still checked.
+TEST(RmmLog, StreamsOfSkippedLinesAreNotNumbered) {
+  const RmmLog log = parse_rmm_log(kHeader +
+                                       "1,t,allocate failure,0,99,0x2\n"
+                                       "1,t,allocate,(nil),0,0x3\n"
+                                       "1,t,allocate,0x10,8,0x4\n"
+                                       "1,t,allocate failure,0,99,0x5\n"
+                                       "1,t,free,0x10,8,0x2\n",
+                                   "log.csv");
+  ExpectEvents(log.trace.events, {Alloc(0, 8, 0), Free(0, 8, 1)});
+  EXPECT_EQ(log.streams, (std::vector<std::uint64_t>{0x4, 0x2}));
+  EXPECT_EQ(log.allocation_failures, 2u);
+  EXPECT_EQ(log.null_zero_byte_events, 1u);
+  EXPECT_TRUE(Contains(ParseError(kHeader + "1,t,allocate failure,0,99,zz\n", 2), "stream"));
+}
+
 TEST(RmmLog, PointerReusedAfterFreeGetsAFreshId) {
   const RmmLog log = parse_rmm_log(kHeader +
                                        "1,t,allocate,0x7f0000001000,64,0\n"

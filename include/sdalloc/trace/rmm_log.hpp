@@ -22,8 +22,10 @@
 // printf's %p writes it ("0x7f8a40000000", "(nil)" for null); bare hex digits are also read
 // as hex, as RMM's own replay benchmark does. Size is a non-negative decimal integer. Stream
 // is the CUDA stream handle, hex with 0x ("0x5633a1e0") or decimal ("0" = the default
-// stream); handles are numbered 0, 1, 2, ... in order of first appearance in the log (so the
-// first stream seen is stream 0, whichever handle it is), and `streams` keeps the handles.
+// stream); handles are numbered 0, 1, 2, ... in order of first appearance on an allocate or
+// free that becomes an event (so the first such stream is stream 0, whichever handle it is;
+// a handle seen only on skipped lines is checked but not numbered), and `streams` keeps the
+// handles.
 //
 // Errors are TraceFormatError "<source>:<line>: <what is wrong>" with the 1-based line, as
 // for event traces; read_rmm_log takes plain or gzip files and "-" for standard input.
