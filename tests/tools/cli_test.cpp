@@ -271,6 +271,15 @@ TEST(Cli, PlanThreadsAndNodeLimit) {
   const CliRun negative = run_cli(dir, "plan --max-nodes -1 '" + instance + "'");
   EXPECT_EQ(negative.status, 2);  // not 2^64 - 1
   EXPECT_TRUE(Contains(negative.err, "'-1' is not a count")) << negative.err;
+  // Above 2^64 - 1, and control bytes: refused as given, escaped (issue 15, F9).
+  const CliRun huge = run_cli(dir, "plan --max-nodes 18446744073709551616 '" + instance + "'");
+  EXPECT_EQ(huge.status, 2);
+  EXPECT_TRUE(Contains(huge.err, "'18446744073709551616' is not a count")) << huge.err;
+  const CliRun escape =
+      run_cli(dir, "plan --max-nodes \"$(printf '\\033[31m')\" '" + instance + "'");
+  EXPECT_EQ(escape.status, 2);
+  EXPECT_TRUE(Contains(escape.err, "'\\x1b[31m' is not a count")) << escape.err;
+  EXPECT_EQ(escape.err.find('\x1b'), std::string::npos);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -4,11 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
-#include <cerrno>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -24,38 +21,6 @@
 
 namespace sdalloc::tools {
 namespace {
-
-// A number of seconds >= 0 (finite), refused with the text as given (shortened), not with
-// the bound CLI11's NonNegativeNumber prints (DBL_MAX, 309 digits).
-CLI::Validator non_negative_seconds() {
-  return CLI::Validator(
-      [](const std::string& text) {
-        char* end = nullptr;
-        const double value = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0' || !std::isfinite(value) || value < 0) {
-          const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
-          return std::string("'").append(shown).append("' is not a number of seconds >= 0");
-        }
-        return std::string();
-      },
-      "SECONDS");
-}
-
-// A count: decimal digits only, below 2^64 (CLI11 alone takes "-1" as 2^64 - 1).
-CLI::Validator count_option() {
-  return CLI::Validator(
-      [](const std::string& text) {
-        const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
-        const bool digits =
-            !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-        errno = 0;
-        if (!digits || (std::strtoull(text.c_str(), nullptr, 10), errno == ERANGE)) {
-          return std::string("'").append(shown).append("' is not a count from 0 to 2^64 - 1");
-        }
-        return std::string();
-      },
-      "COUNT");
-}
 
 // MiniMalloc CSVs start with "id,"; anything else (including gzip) is read as an event trace.
 // Only those 3 bytes are read to tell: a file with no line end (/dev/zero) must not be read
@@ -136,7 +101,7 @@ void PlanCommand::add_to(CLI::App& app) {
       ->transform(byte_size_option());
   plan->add_option("--time-limit", options.time_limit,
                    "seconds the planner may spend (above 1e9: 1e9, no limit in effect)")
-      ->check(non_negative_seconds())
+      ->check(seconds_option())
       ->capture_default_str();
   plan->add_option("--threads", options.threads,
                    "threads for the search's probes without --capacity (0: one per hardware "

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <utility>
 
@@ -31,6 +33,18 @@ std::string shown(std::string_view text) {
     }
   }
   return out + "'";
+}
+
+// The value of a string of decimal digits, or nullopt when it does not fit 64 bits.
+std::optional<std::uint64_t> decimal_value(std::string_view digits) {
+  std::uint64_t value = 0;
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  for (const char c : digits) {
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (value > (kMax - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
+  }
+  return value;
 }
 
 // log2 of the unit's factor, or -1 for no such unit.
@@ -66,17 +80,13 @@ std::optional<std::uint64_t> parse_byte_size(std::string_view text, std::string&
               "E, powers of 1024, e.g. 2500M or 8G)";
     return std::nullopt;
   }
-  std::uint64_t value = 0;
-  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
-  for (const char c : rest.substr(0, digits)) {
-    const auto digit = static_cast<std::uint64_t>(c - '0');
-    if (value > (kMax - digit) / 10) {
-      problem = shown(text) + " is too large: a size must be below 16 EiB (2^64 bytes)";
-      return std::nullopt;
-    }
-    value = value * 10 + digit;
+  const std::optional<std::uint64_t> number = decimal_value(rest.substr(0, digits));
+  if (!number) {
+    problem = shown(text) + " is too large: a size must be below 16 EiB (2^64 bytes)";
+    return std::nullopt;
   }
-  if (shift > 0 && value > (kMax >> shift)) {
+  std::uint64_t value = *number;
+  if (shift > 0 && value > (std::numeric_limits<std::uint64_t>::max() >> shift)) {
     problem = shown(text) + " is too large: a size must be below 16 EiB (2^64 bytes)";
     return std::nullopt;
   }
@@ -98,6 +108,32 @@ CLI::Validator byte_size_option() {
         return {};
       },
       "SIZE", "byte size");
+}
+
+CLI::Validator count_option() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        const bool digits =
+            !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || !decimal_value(text)) {
+          return shown(text) + " is not a count from 0 to 2^64 - 1";
+        }
+        return {};
+      },
+      "COUNT");
+}
+
+CLI::Validator seconds_option() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || !std::isfinite(value) || value < 0) {
+          return shown(text) + " is not a number of seconds >= 0";
+        }
+        return {};
+      },
+      "SECONDS");
 }
 
 }  // namespace sdalloc::tools

@@ -1,4 +1,5 @@
-// size_option.hpp - byte-size options (--capacity): "4096", "2500M", "8 GiB", read exactly.
+// size_option.hpp - byte-size options (--capacity): "4096", "2500M", "8 GiB", read exactly;
+// and counts (--max-nodes) and seconds (--time-limit), refused the same way.
 //
 // Accepts a decimal integer, optional spaces, and an optional unit, case-insensitive: b; k,
 // kb, kib; m, mb, mib; g, gb, gib; t, tb, tib; p, pb, pib; e, eb, eib (all powers of 1024, as
@@ -22,5 +23,13 @@ std::optional<std::uint64_t> parse_byte_size(std::string_view text, std::string&
 
 // A CLI11 transform for a positive byte size: rewrites the option's text to its decimal value.
 CLI::Validator byte_size_option();
+
+// A CLI11 check for a count from 0 to 2^64 - 1: decimal digits only (CLI11 alone reads "-1"
+// as 2^64 - 1), refused as given, escaped and shortened.
+CLI::Validator count_option();
+
+// A CLI11 check for a number of seconds >= 0 (finite), refused as given, escaped and
+// shortened, not with the bound CLI11's NonNegativeNumber prints (DBL_MAX, 309 digits).
+CLI::Validator seconds_option();
 
 }  // namespace sdalloc::tools
