@@ -2,11 +2,13 @@
 # scripts/fuzz.sh - builds the libFuzzer targets (CMakePresets.json "fuzz": clang, ASan +
 # UBSan) and runs each for a fixed time or a fixed number of executions.
 #
-#   scripts/fuzz.sh [--seconds N] [--runs N] [--jobs N] [NAME...]
+#   scripts/fuzz.sh [--seconds N] [--runs N] [--jobs N] [--workers N] [NAME...]
 #
 #   --seconds N  run each fuzzer N seconds (default 600; CI's short run uses 15)
 #   --runs N     run each fuzzer N executions instead (e.g. --runs 10000000)
 #   --jobs N     compile jobs (default: number of CPUs)
+#   --workers N  fuzz in N processes at once (libFuzzer's -fork=N; default 1): the runs are
+#                the sum over them, and a finding in any one stops the fuzzer
 #   NAME...      fuzzers to run (default: all): trace interval planner conf c_api pools
 #
 # Each fuzzer starts from its seed corpus, tests/fuzz/corpus/<name>/ (read only), and keeps
@@ -23,13 +25,15 @@ all=(trace interval planner conf c_api pools)
 seconds=600
 runs=""
 jobs=$(nproc)
+workers=1
 names=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --workers) workers=$2; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) names+=("$1"); shift ;;
   esac
@@ -57,6 +61,7 @@ for name in "${names[@]}"; do
   mkdir -p "$corpus"
   limit=(-max_total_time="$seconds")
   [[ -n $runs ]] && limit=(-runs="$runs")
+  [[ $workers -gt 1 ]] && limit+=(-fork="$workers")
   log=$build/fuzz_$name.log
   echo "fuzz.sh: $name (${limit[*]})"
   start=$(date +%s.%N)
@@ -69,6 +74,8 @@ for name in "${names[@]}"; do
     "$corpus" "$root/tests/fuzz/corpus/$name" >"$log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  # -fork prints no final stats: its last '#N: cov: ...' line counts every worker's runs.
+  [[ -z $executions ]] && executions=$(sed -n 's/^#\([0-9]*\): cov:.*/\1/p' "$log" | tail -1)
   elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
   rate=$(awk -v n="${executions:-0}" -v t="$elapsed" 'BEGIN { printf "%.0f", (t > 0) ? n / t : 0 }')
   line="$name: ${executions:-?} executions in $elapsed s ($rate/s)"
