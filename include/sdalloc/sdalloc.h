@@ -171,9 +171,21 @@ typedef struct sdalloc_pool_config_t {
   size_t planner_max_search_nodes;
 } sdalloc_pool_config_t;
 
+/* Fills the first struct_size bytes of *config with the defaults (at most this library's
+ * sizeof(sdalloc_pool_config_t)) and sets config->struct_size to what it filled. Does
+ * nothing if config is NULL or struct_size cannot hold struct_size itself. Never fails.
+ * A caller compiled against an older, shorter struct so gets its own fields and no more. */
+SDALLOC_API void sdalloc_pool_config_init_sized(sdalloc_pool_config_t* config,
+                                                size_t struct_size) SDALLOC_NOEXCEPT;
+
 /* Fills *config with the defaults and sets struct_size. Does nothing if config is NULL.
- * Never fails. */
+ * Never fails. The macro below passes sizeof(sdalloc_pool_config_t) as the caller's header
+ * has it, so a program built against this header never has more bytes written than its
+ * struct holds, whatever library it runs with; the function itself (for bindings that call
+ * the symbol, such as ctypes) writes this library's sizeof(sdalloc_pool_config_t). */
 SDALLOC_API void sdalloc_pool_config_init(sdalloc_pool_config_t* config) SDALLOC_NOEXCEPT;
+#define sdalloc_pool_config_init(config) \
+  sdalloc_pool_config_init_sized((config), sizeof(sdalloc_pool_config_t))
 
 /* Creates a pool as *config describes (NULL config: all defaults) and stores it in *out.
  * The caller owns the pool and must destroy it with sdalloc_pool_destroy.

@@ -72,7 +72,7 @@ class Pool:
             self._handle = _handle
             return
         config = _native.PoolConfig()
-        self._lib.c.sdalloc_pool_config_init(byref(config))
+        self._lib.c.sdalloc_pool_config_init_sized(byref(config), sizeof(config))
         config.resource = 1 if hugepages else 0
         for name, value in options.items():
             if name not in dict(_native.PoolConfig._fields_) or name in ("struct_size",

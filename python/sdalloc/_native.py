@@ -94,7 +94,7 @@ class BlockInfo(Structure):
 _C_API = {
     "sdalloc_last_error": (c_char_p, []),
     "sdalloc_version": (c_char_p, []),
-    "sdalloc_pool_config_init": (None, [POINTER(PoolConfig)]),
+    "sdalloc_pool_config_init_sized": (None, [POINTER(PoolConfig), c_size_t]),
     "sdalloc_pool_create": (c_int, [POINTER(PoolConfig), POINTER(c_void_p)]),
     "sdalloc_pool_destroy": (None, [c_void_p]),
     "sdalloc_malloc": (c_int, [c_void_p, c_size_t, c_void_p, POINTER(c_void_p)]),

@@ -12,6 +12,7 @@
 // same type. Allocations and frees report to the recorder (a relaxed load while it is off).
 #include "sdalloc/sdalloc.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -169,11 +170,17 @@ const char* sdalloc_version(void) noexcept { return SDALLOC_VERSION_STRING; }
 
 // ==================================================================== pools
 
-void sdalloc_pool_config_init(sdalloc_pool_config_t* config) noexcept {
-  if (config == nullptr) return;
+// The name in parentheses: the function, not the header's macro of the same name.
+void(sdalloc_pool_config_init)(sdalloc_pool_config_t* config) noexcept {
+  sdalloc_pool_config_init_sized(config, sizeof *config);
+}
+
+void sdalloc_pool_config_init_sized(sdalloc_pool_config_t* out, std::size_t struct_size) noexcept {
+  if (out == nullptr || struct_size < sizeof out->struct_size) return;
+  sdalloc_pool_config_t full;
+  sdalloc_pool_config_t* config = &full;
   const sdalloc::CachingPoolOptions defaults;
   std::memset(config, 0, sizeof *config);  // padding too, so configs compare bytewise
-  config->struct_size = sizeof *config;
   config->resource = SDALLOC_RESOURCE_HOST;
   config->capacity = 0;
   config->initial_reservation = defaults.initial_reservation;
@@ -187,6 +194,9 @@ void sdalloc_pool_config_init(sdalloc_pool_config_t* config) noexcept {
   config->replan_after_divergent_steps = planned_defaults.replan_after_divergent_steps;
   config->max_plans = planned_defaults.max_plans;
   config->planner_max_search_nodes = planned_defaults.planner_max_search_nodes;
+  const std::size_t filled = std::min(struct_size, sizeof full);
+  full.struct_size = filled;
+  std::memcpy(out, &full, filled);
 }
 
 sdalloc_status_t sdalloc_pool_create(const sdalloc_pool_config_t* config,

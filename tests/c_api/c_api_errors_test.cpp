@@ -6,8 +6,10 @@
 // the API holds up under concurrent use.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -147,6 +149,47 @@ TEST(CApiErrors, ConfigStructSizesFromTheFirstVersionToTheCurrentAreAccepted) {
   sdalloc_pool_t* pool = nullptr;
   EXPECT_EQ(sdalloc_pool_create(&config, &pool), SDALLOC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(pool, nullptr);
+}
+
+TEST(CApiErrors, ConfigInitWritesNoMoreThanTheCallersStruct) {
+  // A caller built against the first, shorter struct: the init writes its bytes and no more,
+  // and the pool it creates has the defaults for every field the caller does not know.
+  const std::size_t first = offsetof(sdalloc_pool_config_t, consolidate_when_empty) + sizeof(bool);
+  constexpr unsigned char kGuard = 0xAB;
+  std::vector<unsigned char> bytes(sizeof(sdalloc_pool_config_t) + 64, kGuard);
+  auto* config = reinterpret_cast<sdalloc_pool_config_t*>(bytes.data());
+  sdalloc_pool_config_init_sized(config, first);
+  EXPECT_EQ(config->struct_size, first);
+  for (std::size_t i = first; i < bytes.size(); ++i) ASSERT_EQ(bytes[i], kGuard) << "byte " << i;
+  sdalloc_pool_t* pool = nullptr;
+  ASSERT_EQ(sdalloc_pool_create(config, &pool), SDALLOC_SUCCESS) << sdalloc_last_error();
+  sdalloc_step_stats_t steps{};
+  steps.struct_size = sizeof steps;
+  EXPECT_EQ(sdalloc_pool_step_stats(pool, &steps), SDALLOC_ERROR_INVALID_ARGUMENT)
+      << "the guard bytes past the caller's struct were read as planned = true";
+  sdalloc_pool_destroy(pool);
+
+  // A caller built against a newer header: this library fills what it knows.
+  std::fill(bytes.begin(), bytes.end(), kGuard);
+  sdalloc_pool_config_init_sized(config, bytes.size());
+  EXPECT_EQ(config->struct_size, sizeof(sdalloc_pool_config_t));
+  for (std::size_t i = sizeof(sdalloc_pool_config_t); i < bytes.size(); ++i) {
+    ASSERT_EQ(bytes[i], kGuard) << "byte " << i;
+  }
+
+  // Too small for struct_size itself, or no struct: nothing is written.
+  std::fill(bytes.begin(), bytes.end(), kGuard);
+  sdalloc_pool_config_init_sized(config, sizeof(std::size_t) - 1);
+  for (unsigned char b : bytes) ASSERT_EQ(b, kGuard);
+  sdalloc_pool_config_init_sized(nullptr, sizeof(sdalloc_pool_config_t));
+
+  // The header's macro passes the caller's sizeof; the symbol (ctypes) writes the whole struct.
+  sdalloc_pool_config_t by_macro;
+  sdalloc_pool_config_init(&by_macro);
+  EXPECT_EQ(by_macro.struct_size, sizeof by_macro);
+  sdalloc_pool_config_t by_symbol;
+  (sdalloc_pool_config_init)(&by_symbol);
+  EXPECT_EQ(std::memcmp(&by_macro, &by_symbol, sizeof by_macro), 0);
 }
 
 TEST(CApiErrors, ConcurrentCallsOnOnePoolKeepCountsExact) {
