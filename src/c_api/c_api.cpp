@@ -178,22 +178,21 @@ void(sdalloc_pool_config_init)(sdalloc_pool_config_t* config) noexcept {
 void sdalloc_pool_config_init_sized(sdalloc_pool_config_t* out, std::size_t struct_size) noexcept {
   if (out == nullptr || struct_size < sizeof out->struct_size) return;
   sdalloc_pool_config_t full;
-  sdalloc_pool_config_t* config = &full;
   const sdalloc::CachingPoolOptions defaults;
-  std::memset(config, 0, sizeof *config);  // padding too, so configs compare bytewise
-  config->resource = SDALLOC_RESOURCE_HOST;
-  config->capacity = 0;
-  config->initial_reservation = defaults.initial_reservation;
-  config->segment_granularity = defaults.segment_granularity;
-  config->min_segment_size = defaults.min_segment_size;
-  config->huge_threshold = defaults.huge_threshold;
-  config->release_cached_before_growth = defaults.release_cached_before_growth;
-  config->consolidate_when_empty = defaults.consolidate_when_empty;
-  config->planned = false;
+  std::memset(&full, 0, sizeof full);  // padding too, so configs compare bytewise
+  full.resource = SDALLOC_RESOURCE_HOST;
+  full.capacity = 0;
+  full.initial_reservation = defaults.initial_reservation;
+  full.segment_granularity = defaults.segment_granularity;
+  full.min_segment_size = defaults.min_segment_size;
+  full.huge_threshold = defaults.huge_threshold;
+  full.release_cached_before_growth = defaults.release_cached_before_growth;
+  full.consolidate_when_empty = defaults.consolidate_when_empty;
+  full.planned = false;
   const sdalloc::PlannedArenaOptions planned_defaults;
-  config->replan_after_divergent_steps = planned_defaults.replan_after_divergent_steps;
-  config->max_plans = planned_defaults.max_plans;
-  config->planner_max_search_nodes = planned_defaults.planner_max_search_nodes;
+  full.replan_after_divergent_steps = planned_defaults.replan_after_divergent_steps;
+  full.max_plans = planned_defaults.max_plans;
+  full.planner_max_search_nodes = planned_defaults.planner_max_search_nodes;
   const std::size_t filled = std::min(struct_size, sizeof full);
   full.struct_size = filled;
   std::memcpy(out, &full, filled);
