@@ -3,11 +3,13 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "core/bits.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/resources/host_resource.hpp"
 
 namespace sdalloc::preload {
 
@@ -156,26 +158,33 @@ std::string RangeResource::name() const {
   return "preload-range(" + format_size(range_.size()) + ")";
 }
 
+void* RangeResource::carve_counted(std::size_t bytes, std::size_t length, std::size_t returning) {
+  const std::size_t before = held_.fetch_add(length, std::memory_order_relaxed);
+  if (capacity_ != 0 && before - returning + length > capacity_) {
+    held_.fetch_sub(length, std::memory_order_relaxed);
+    throw OutOfMemory::describe("the drop-in's capacity",
+                                info_of(bytes, before - returning, capacity_));
+  }
+  void* piece = range_.carve(length, length >= kRangeAlignment ? kRangeAlignment : kPage);
+  if (piece == nullptr) {
+    held_.fetch_sub(length, std::memory_order_relaxed);
+    throw OutOfMemory::describe("the drop-in's address range", info_of(bytes, before, capacity_),
+                                "no free place that large is left in the reserved address_space");
+  }
+  return piece;
+}
+
 void* RangeResource::do_allocate(std::size_t bytes, Stream /*stream*/) {
   if (bytes == 0) return nullptr;
   const std::size_t length = round_up(bytes, kPage);
-  const std::size_t before = held_.fetch_add(length, std::memory_order_relaxed);
-  if (capacity_ != 0 && before + length > capacity_) {
-    held_.fetch_sub(length, std::memory_order_relaxed);
-    throw OutOfMemory::describe("the drop-in's capacity", info_of(bytes, before, capacity_));
-  }
-  void* piece = range_.carve(length, length >= kRangeAlignment ? kRangeAlignment : kPage);
-  if (piece == nullptr || !ReservedRange::commit(piece, length)) {
+  void* piece = carve_counted(bytes, length, 0);
+  if (!ReservedRange::commit(piece, length)) {
     const int error = errno;
-    if (piece != nullptr) {
-      ReservedRange::protect(piece, length);  // a failed MAP_FIXED may leave a hole
-      range_.uncarve(piece, length);
-    }
-    held_.fetch_sub(length, std::memory_order_relaxed);
-    throw OutOfMemory::describe(
-        "the drop-in's address range", info_of(bytes, before, capacity_),
-        piece == nullptr ? "no free place that large is left in the reserved address_space"
-                         : std::string("mmap: ") + std::strerror(error));
+    ReservedRange::protect(piece, length);  // a failed MAP_FIXED may leave a hole
+    range_.uncarve(piece, length);
+    const std::size_t before = held_.fetch_sub(length, std::memory_order_relaxed) - length;
+    throw OutOfMemory::describe("the drop-in's address range", info_of(bytes, before, capacity_),
+                                std::string("mmap: ") + std::strerror(error));
   }
   FreshPages::of_this_thread().note(piece, length);
   return piece;
@@ -187,6 +196,53 @@ void RangeResource::do_deallocate(void* ptr, std::size_t bytes, Stream /*stream*
   ReservedRange::protect(ptr, length);
   range_.uncarve(ptr, length);
   held_.fetch_sub(length, std::memory_order_relaxed);
+}
+
+// The ranges move in their order, each to the next page; one that does not fit is cut (its
+// tail protected). A moved range's place is protected again at once (mremap leaves a hole,
+// which another mmap could take) and given back to the range.
+void* RangeResource::do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
+                                 Stream stream) {
+  std::size_t returning = 0;
+  for (const ResourceRange& range : ranges) {
+    if (range.ptr != nullptr) returning += round_up(range.bytes, kPage);
+  }
+  void* piece = nullptr;
+  const std::size_t length = round_up(bytes, kPage);
+  try {
+    if (bytes != 0) piece = carve_counted(bytes, length, returning);
+  } catch (...) {
+    for (const ResourceRange& range : ranges) do_deallocate(range.ptr, range.bytes, stream);
+    throw;
+  }
+  const auto start = reinterpret_cast<std::uintptr_t>(piece);
+  std::size_t offset = 0;
+  bool moved_all = true;
+  for (const ResourceRange& range : ranges) {
+    if (range.ptr == nullptr) continue;
+    const std::size_t size = round_up(range.bytes, kPage);
+    const std::size_t take = std::min(size, length - offset);
+    if (take != 0) {
+      moved_all =
+          move_host_pages(range.ptr, reinterpret_cast<void*>(start + offset), take) && moved_all;
+    }
+    ReservedRange::protect(range.ptr, size);
+    range_.uncarve(range.ptr, size);
+    held_.fetch_sub(size, std::memory_order_relaxed);
+    offset += take;
+  }
+  if (piece == nullptr) return nullptr;
+  void* const rest = reinterpret_cast<void*>(start + offset);
+  if (!moved_all || (offset < length && !ReservedRange::commit(rest, length - offset))) {
+    const int error = errno;
+    ReservedRange::protect(piece, length);
+    range_.uncarve(piece, length);
+    const std::size_t before = held_.fetch_sub(length, std::memory_order_relaxed) - length;
+    throw OutOfMemory::describe("the drop-in's address range", info_of(bytes, before, capacity_),
+                                std::string("mmap: ") + std::strerror(error));
+  }
+  if (offset < length) FreshPages::of_this_thread().note(rest, length - offset);
+  return piece;
 }
 
 // =======================================================================================

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 
 #include "sdalloc/core/resource.hpp"
@@ -85,17 +86,28 @@ struct FreshPages {
 
 // mode:pool and mode:planned: segments carved from the range, committed on allocation and
 // protected again on deallocation. capacity (0: none) caps the bytes held at once.
+// coalesce (core/resource.hpp) carves the new segment and moves the returned segments'
+// pages into it (move_host_pages), as HostResource does: after the pool's consolidation and
+// its release before growth, only what no range covered is faulted in. Only that part is
+// noted as FreshPages: moved pages hold what the program wrote, and calloc must clear them.
 class RangeResource final : public MemoryResource {
  public:
   RangeResource(ReservedRange& range, std::size_t capacity);
 
   std::size_t capacity() const override { return capacity_; }
   std::string name() const override;
+  bool can_coalesce() const override { return true; }
   std::size_t held() const { return held_.load(std::memory_order_relaxed); }
 
  private:
   void* do_allocate(std::size_t bytes, Stream stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
+  void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
+                    Stream stream) override;
+  // Carves and counts a piece of `length` bytes, still PROT_NONE; throws OutOfMemory
+  // (nothing changed) past the capacity or when no place is left. `returning` bytes are on
+  // their way back and do not count against the capacity.
+  void* carve_counted(std::size_t bytes, std::size_t length, std::size_t returning);
 
   ReservedRange& range_;
   const std::size_t capacity_;

@@ -16,18 +16,25 @@ std::string LimitResource::name() const {
   return "limit(" + upstream_.name() + ", " + format_size(capacity()) + ")";
 }
 
+namespace {
+
+[[noreturn]] void refuse(const std::string& name, std::size_t bytes,
+                         const CapacityCap::Reservation& reservation) {
+  const std::size_t used = reservation.used;
+  OutOfMemoryInfo info;
+  info.requested = bytes;
+  info.capacity = reservation.limit;
+  throw OutOfMemory::describe(name, info,
+                              format_bytes(used) + " of the capacity in use, " +
+                                  format_bytes(reservation.limit - used) + " available");
+}
+
+}  // namespace
+
 void* LimitResource::do_allocate(std::size_t bytes, Stream stream) {
   if (bytes == 0) return nullptr;
   const CapacityCap::Reservation reservation = cap_.try_reserve(bytes);
-  if (!reservation) {
-    const std::size_t used = reservation.used;
-    OutOfMemoryInfo info;
-    info.requested = bytes;
-    info.capacity = reservation.limit;
-    throw OutOfMemory::describe(name(), info,
-                                format_bytes(used) + " of the capacity in use, " +
-                                    format_bytes(reservation.limit - used) + " available");
-  }
+  if (!reservation) refuse(name(), bytes, reservation);
 
   try {
     return upstream_.allocate(bytes, stream);
@@ -41,6 +48,28 @@ void LimitResource::do_deallocate(void* ptr, std::size_t bytes, Stream stream) {
   if (ptr == nullptr) return;
   upstream_.deallocate(ptr, bytes, stream);
   cap_.release(bytes);
+}
+
+// The returned ranges' bytes are released first, so the new range may reuse them (for a
+// moment, upstream may hold both: the cap counts what this adaptor hands out). Refused,
+// the ranges still go back: a zero-byte coalesce returns them and hands out nothing.
+void* LimitResource::do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
+                                 Stream stream) {
+  std::size_t returned = 0;
+  for (const ResourceRange& range : ranges) returned += range.ptr != nullptr ? range.bytes : 0;
+  cap_.release(returned);
+  if (bytes == 0) return upstream_.coalesce(ranges, 0, stream);
+  const CapacityCap::Reservation reservation = cap_.try_reserve(bytes);
+  if (!reservation) {
+    upstream_.coalesce(ranges, 0, stream);
+    refuse(name(), bytes, reservation);
+  }
+  try {
+    return upstream_.coalesce(ranges, bytes, stream);
+  } catch (...) {
+    cap_.release(bytes);
+    throw;
+  }
 }
 
 }  // namespace sdalloc

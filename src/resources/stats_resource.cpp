@@ -68,4 +68,35 @@ void StatsResource::do_deallocate(void* ptr, std::size_t bytes, Stream stream) {
   deallocations_.fetch_add(1, std::memory_order_relaxed);
 }
 
+// Counted as the deallocates and the allocate it stands for; the ranges are gone from
+// current_bytes before upstream has them (as in do_deallocate), the new range is counted
+// once upstream handed it out. A refused range counts as a failure, the returns as done.
+void* StatsResource::do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
+                                 Stream stream) {
+  std::size_t returned = 0;
+  std::size_t count = 0;
+  for (const ResourceRange& range : ranges) {
+    if (range.ptr == nullptr) continue;
+    returned += range.bytes;
+    ++count;
+  }
+  current_bytes_.fetch_sub(returned, std::memory_order_relaxed);
+  current_count_.fetch_sub(count, std::memory_order_relaxed);
+  void* ptr = nullptr;
+  try {
+    ptr = upstream_.coalesce(ranges, bytes, stream);
+  } catch (...) {
+    deallocations_.fetch_add(count, std::memory_order_relaxed);
+    failures_.fetch_add(1, std::memory_order_relaxed);
+    throw;
+  }
+  deallocations_.fetch_add(count, std::memory_order_relaxed);
+  if (ptr == nullptr) return nullptr;
+  raise_to(peak_bytes_, current_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  raise_to(peak_count_, current_count_.fetch_add(1, std::memory_order_relaxed) + 1);
+  total_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+  return ptr;
+}
+
 }  // namespace sdalloc

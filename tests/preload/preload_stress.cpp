@@ -141,6 +141,17 @@ void calloc_checks() {
     std::memset(z, 0xcd, n);
     std::free(z);
   }
+  // A calloc past the peak: the pool releases its dirty free segments to grow, and in
+  // mode:pool their pages move into the new segment (coalesce) - it must read zero anyway.
+  {
+    const std::size_t n = 256 * kMiB;
+    auto* z = static_cast<unsigned char*>(std::calloc(n, 1));
+    CHECK(z != nullptr && owns(z));
+    bool all_zero = true;
+    for (std::size_t i = 0; i < n; i += 64) all_zero = all_zero && z[i] == 0;
+    CHECK(all_zero);
+    std::free(z);
+  }
   auto* tiny = static_cast<int*>(std::calloc(10, sizeof(int)));
   CHECK(tiny != nullptr && tiny[9] == 0);
   std::free(tiny);

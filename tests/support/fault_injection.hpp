@@ -4,12 +4,13 @@
 // A FaultPlan numbers every call that reaches a resource through the adaptors that share it
 // (0, 1, 2, ... in the order they are made) and can be armed to fail one of them: "the k-th
 // call from now". FaultInjectingResource wraps a MemoryResource (allocate, deallocate) and
-// FaultInjectingVirtualMemory a VirtualMemory (reserve, create, map, unmap); both count into
-// one FaultPlan, so a test that first counts the calls of a clean run can then fail each of
-// them, one run per k.
+// (coalesce too, where its upstream coalesces) and FaultInjectingVirtualMemory a VirtualMemory
+// (reserve, create, map, unmap); both count into one FaultPlan, so a test that first counts the
+// calls of a clean run can then fail each of them, one run per k.
 //
 // A failed call does nothing below and throws what a real failure of that call would:
-// OutOfMemory for allocate, reserve and create (the resource has no memory), sdalloc::Error
+// OutOfMemory for allocate, reserve and create (the resource has no memory) and for
+// coalesce (whose ranges still go back, as its contract says), sdalloc::Error
 // for deallocate, map and unmap (the driver refused). Calls that only give back what was
 // never handed out or clean up (release, destroy) are passed through uncounted: pools call
 // them from destructors and from rollbacks, where there is nothing left to fail to.
@@ -24,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 
 #include "sdalloc/core/errors.hpp"
@@ -33,7 +35,15 @@
 namespace sdalloc::test {
 
 // What a counted call was: the failure thrown depends on it.
-enum class ResourceCall : std::uint8_t { kAllocate, kDeallocate, kReserve, kCreate, kMap, kUnmap };
+enum class ResourceCall : std::uint8_t {
+  kAllocate,
+  kDeallocate,
+  kCoalesce,
+  kReserve,
+  kCreate,
+  kMap,
+  kUnmap
+};
 
 inline const char* resource_call_name(ResourceCall call) {
   switch (call) {
@@ -41,6 +51,8 @@ inline const char* resource_call_name(ResourceCall call) {
       return "allocate";
     case ResourceCall::kDeallocate:
       return "deallocate";
+    case ResourceCall::kCoalesce:
+      return "coalesce";
     case ResourceCall::kReserve:
       return "reserve";
     case ResourceCall::kCreate:
@@ -55,8 +67,8 @@ inline const char* resource_call_name(ResourceCall call) {
 
 // Whether a real failure of `call` is a lack of memory (OutOfMemory) or another Error.
 inline bool fails_as_out_of_memory(ResourceCall call) {
-  return call == ResourceCall::kAllocate || call == ResourceCall::kReserve ||
-         call == ResourceCall::kCreate;
+  return call == ResourceCall::kAllocate || call == ResourceCall::kCoalesce ||
+         call == ResourceCall::kReserve || call == ResourceCall::kCreate;
 }
 
 // ===================================================================== the plan
@@ -152,6 +164,17 @@ class FaultInjectingResource final : public MemoryResource {
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override {
     plan_.count(ResourceCall::kDeallocate, name());
     upstream_.deallocate(ptr, bytes, stream);
+  }
+  bool can_coalesce() const override { return upstream_.can_coalesce(); }
+  void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
+                    Stream stream) override {
+    try {
+      plan_.count(ResourceCall::kCoalesce, name());
+    } catch (...) {
+      upstream_.coalesce(ranges, 0, stream);  // refused: the ranges go back all the same
+      throw;
+    }
+    return upstream_.coalesce(ranges, bytes, stream);
   }
 
   MemoryResource& upstream_;

@@ -19,9 +19,18 @@
 //    nothing. deallocate of a pointer this resource did not hand out is undefined for raw
 //    resources (they cannot always tell); pools check and throw InvalidPointer.
 //  - bytes passed to deallocate are the bytes passed to allocate.
+//
+// One optional operation sits beside the two: coalesce(ranges, bytes, stream) returns
+// several ranges and hands out one, in one call. A pool that swaps its cached segments for one
+// arena (CachingPool's consolidation, its release before growth) asks for it where the
+// resource says it does better than the two functions (can_coalesce()): HostResource moves
+// the returned ranges' pages into the new range (mremap), so the pages the pool's work has
+// already faulted in are not faulted in again. Adaptors forward both; every other resource
+// keeps the default, which is exactly deallocate for each range and then allocate.
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 
 #include "sdalloc/core/stream.hpp"
@@ -29,6 +38,12 @@
 namespace sdalloc {
 
 inline constexpr std::size_t kMinAlignment = 256;
+
+// One range a resource handed out: what allocate returned and the bytes it was asked for.
+struct ResourceRange {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+};
 
 class MemoryResource {
  public:
@@ -44,6 +59,18 @@ class MemoryResource {
     do_deallocate(ptr, bytes, stream);
   }
 
+  // Returns every one of `ranges` (each from this resource, on `stream`, as deallocate
+  // would) and then hands out a range of `bytes` (as allocate would; nullptr for 0 bytes).
+  // The ranges are returned even when the new range is refused (OutOfMemory): the caller
+  // gives them up either way. The contents of the new range are unspecified.
+  void* coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
+                 Stream stream = kDefaultStream) {
+    return do_coalesce(ranges, bytes, stream);
+  }
+  // True when coalesce does better than the two functions it replaces (moves pages, saves
+  // calls), and its returns cannot fail; callers use the two functions otherwise.
+  virtual bool can_coalesce() const { return false; }
+
   // Most bytes this resource can ever hand out at once, or 0 when it has no fixed limit.
   // LimitResource reports its cap; a device resource its device memory.
   virtual std::size_t capacity() const { return 0; }
@@ -53,6 +80,13 @@ class MemoryResource {
  private:
   virtual void* do_allocate(std::size_t bytes, Stream stream) = 0;
   virtual void do_deallocate(void* ptr, std::size_t bytes, Stream stream) = 0;
+  // Default: deallocate each range, then allocate (a failed deallocate propagates, and the
+  // ranges after it are not returned).
+  virtual void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
+                            Stream stream) {
+    for (const ResourceRange& range : ranges) deallocate(range.ptr, range.bytes, stream);
+    return allocate(bytes, stream);
+  }
 };
 
 }  // namespace sdalloc

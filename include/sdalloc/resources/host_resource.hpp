@@ -7,9 +7,13 @@
 // TLB misses on multi-GiB activations). Pages are not touched here: the kernel supplies them
 // on first write. Thread-safe and stateless apart from its options; streams are ignored.
 // A failed mmap throws OutOfMemory naming the request and errno's text.
+// coalesce (core/resource.hpp) moves the returned ranges' pages into the new range with
+// mremap, in their order, so pages already faulted in stay resident instead of being
+// unmapped and faulted in again; what they do not cover is fresh (zero) memory.
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 
 #include "sdalloc/core/resource.hpp"
@@ -27,6 +31,7 @@ class HostResource final : public MemoryResource {
   explicit HostResource(HostResourceOptions options) : options_(options) {}
 
   std::string name() const override;
+  bool can_coalesce() const override { return true; }
   const HostResourceOptions& options() const { return options_; }
 
   static constexpr std::size_t kPageSize = 4096;
@@ -35,6 +40,9 @@ class HostResource final : public MemoryResource {
  private:
   void* do_allocate(std::size_t bytes, Stream stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
+  void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
+                    Stream stream) override;
+  void* map(std::size_t bytes, bool populate);
 
   HostResourceOptions options_;
 };
@@ -45,5 +53,13 @@ class HostResource final : public MemoryResource {
 // page - so only for memory whose contents do not matter yet. Returns false, with errno
 // set, when the kernel cannot supply the pages.
 bool prefault_host_pages(void* base, std::size_t length);
+
+// Moves the pages of the host mapping [from, from + length) to [to, to + length), replacing
+// what is mapped there (mremap: page-table entries move, nothing is copied or faulted);
+// `from` is left unmapped. Both must be page-aligned. A piece that cannot move is unmapped
+// and `to` gets fresh zero pages there instead; false only when even that fails (errno
+// set), with `to` then partly unmapped. HostResource's coalesce and the CPU drop-in's range
+// use it.
+bool move_host_pages(void* from, void* to, std::size_t length);
 
 }  // namespace sdalloc

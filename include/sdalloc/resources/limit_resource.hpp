@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 
 #include "sdalloc/core/resource.hpp"
@@ -26,6 +27,7 @@ class LimitResource final : public MemoryResource {
 
   std::size_t capacity() const override { return cap_.limit(); }
   std::string name() const override;
+  bool can_coalesce() const override { return upstream_.can_coalesce(); }
 
   std::size_t used() const { return cap_.used(); }
   std::size_t available() const { return capacity() - used(); }
@@ -34,6 +36,8 @@ class LimitResource final : public MemoryResource {
  private:
   void* do_allocate(std::size_t bytes, Stream stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
+  void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
+                    Stream stream) override;
 
   MemoryResource& upstream_;
   CapacityCap cap_;  // its limit never changes

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "sdalloc/core/resource.hpp"
@@ -37,11 +38,14 @@ class StatsResource final : public MemoryResource {
 
   std::size_t capacity() const override { return upstream_.capacity(); }
   std::string name() const override;
+  bool can_coalesce() const override { return upstream_.can_coalesce(); }
   MemoryResource& upstream() const { return upstream_; }
 
  private:
   void* do_allocate(std::size_t bytes, Stream stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
+  void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
+                    Stream stream) override;
 
   MemoryResource& upstream_;
   std::atomic<std::size_t> current_bytes_{0}, peak_bytes_{0}, total_bytes_{0};

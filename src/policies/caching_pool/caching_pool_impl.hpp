@@ -74,10 +74,17 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // used it (the resource orders the release after that stream's work). Without `wait`,
   // only `requester`'s segments and those of idle streams go; with `wait`, pending
   // cross-stream frees are waited for first and every shard gives up its free segments.
-  // Answers the bytes released.
-  std::size_t release_free_segments(const PoolShard* requester, bool wait);
+  // Answers the bytes released. With `kept`, the requester's segments are unlinked into it
+  // instead of going back (counted all the same): exchange_segments returns them.
+  std::size_t release_free_segments(const PoolShard* requester, bool wait,
+                                    std::vector<Segment*>* kept = nullptr);
   // Gives segments already unlinked from their shard back to the resource.
   std::size_t return_segments(const std::vector<Segment*>& segments, Stream stream);
+  // Gives segments already unlinked from their shard back and takes a new range of `bytes`
+  // on `stream`: in one coalesce when the resource moves pages (the pages the segments'
+  // work faulted in become the new range's), else returned one by one and then allocated.
+  // The segments go back either way; throws what allocate throws.
+  void* exchange_segments(const std::vector<Segment*>& segments, std::size_t bytes, Stream stream);
   bool give_back(void* base, std::size_t size, Stream stream) noexcept;
   // Consolidation is possible: the shard churned, holds several segments, and no block of
   // it waits for another stream.

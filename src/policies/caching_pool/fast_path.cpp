@@ -101,9 +101,12 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   std::size_t segment_size = round_up(fit.needed, options.segment_granularity);
   const bool huge = fit.huge && segment_size >= options.min_segment_size;
   segment_size = std::max(segment_size, options.min_segment_size);
+  // The shard's own free segments go back in exchange for the new one (their pages move
+  // into it where the resource can: see exchange_segments).
+  std::vector<Segment*> released;
   if (options.release_cached_before_growth &&
       counters.reserved_bytes.current() + segment_size > counters.reserved_bytes.peak() &&
-      release_free_segments(&shard, /*wait=*/false) != 0) {
+      release_free_segments(&shard, /*wait=*/false, &released) != 0) {
     std::lock_guard lock(shard.mutex);
     // Memory went back only to be asked for again: see consolidate().
     const std::size_t allocated = shard.figures.allocated_bytes;
@@ -113,7 +116,7 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   }
   void* base = nullptr;
   try {
-    base = upstream.allocate(segment_size, shard.stream);
+    base = exchange_segments(released, segment_size, shard.stream);
   } catch (const OutOfMemory&) {
     // 4. Out of memory: wait for pending frees and busy streams, return every cached
     // segment, and retry once.

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <mutex>
+#include <new>
+#include <vector>
 
 #include "policies/caching_pool/caching_pool_impl.hpp"
 
@@ -40,7 +42,8 @@ Block* CachingPool::Impl::install_segment(PoolShard& shard, void* base, std::siz
   }
 }
 
-std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester, bool wait) {
+std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester, bool wait,
+                                                     std::vector<Segment*>* kept) {
   std::size_t released = 0;
   for (PoolShard* shard : shards()) {
     std::vector<Segment*> segments;
@@ -49,13 +52,19 @@ std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester,
       if (wait && !shard->pending.empty()) shard->collect_pending(events, true);
       if (!wait && shard != requester && !events.idle(shard->stream)) continue;
       segments = shard->releasable_segments();
+      if (kept != nullptr && shard == requester) kept->reserve(kept->size() + segments.size());
       for (Segment* s : segments) {
         shard->remove_segment(s, /*keep_block=*/false);
         counters.reserved_bytes.sub(s->size);
         counters.segments.sub(1);
       }
     }
-    released += return_segments(segments, shard->stream);
+    if (kept != nullptr && shard == requester) {
+      for (Segment* s : segments) released += s->size;
+      kept->insert(kept->end(), segments.begin(), segments.end());
+    } else {
+      released += return_segments(segments, shard->stream);
+    }
   }
   return released;
 }
@@ -68,6 +77,31 @@ std::size_t CachingPool::Impl::return_segments(const std::vector<Segment*>& segm
     delete s;
   }
   return released;
+}
+
+void* CachingPool::Impl::exchange_segments(const std::vector<Segment*>& segments, std::size_t bytes,
+                                           Stream stream) {
+  if (segments.empty()) return upstream.allocate(bytes, stream);
+  std::vector<ResourceRange> ranges;
+  if (upstream.can_coalesce()) {
+    try {
+      ranges.reserve(segments.size());
+    } catch (const std::bad_alloc&) {
+      ranges.clear();  // no room for the list: the plain way below needs none
+    }
+  }
+  if (ranges.capacity() < segments.size()) {
+    return_segments(segments, stream);
+    return upstream.allocate(bytes, stream);
+  }
+  for (Segment* s : segments) {
+    ranges.push_back({reinterpret_cast<void*>(s->base), s->size});
+    delete s;
+  }
+  // A resource that coalesces cannot fail to take the ranges back: they are released
+  // whether or not the new range is refused.
+  counters.segment_releases.fetch_add(ranges.size(), std::memory_order_relaxed);
+  return upstream.coalesce(ranges, bytes, stream);
 }
 
 void CachingPool::Impl::destroy_segment(PoolShard& shard, Segment* segment) noexcept {
@@ -144,15 +178,18 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
         f.peak_allocated_bytes + (f.peak_allocated_bytes - f.allocated_bytes) / kArenaHeadroom);
     target = needed > f.reserved_bytes ? needed - f.reserved_bytes : 0;  // pinned may do
   }
-  return_segments(segments, shard.stream);
-  if (target == 0) return;
+  if (target == 0) {
+    return_segments(segments, shard.stream);
+    return;
+  }
   target = round_up(target, options.segment_granularity);
   void* base = nullptr;
   try {
-    base = upstream.allocate(target, shard.stream);
+    base = exchange_segments(segments, target, shard.stream);
   } catch (const Error&) {
     return;  // an optimisation only: the pool simply holds less now
   }
+  if (base == nullptr) return;
   std::lock_guard lock(shard.mutex);
   install_segment(shard, base, target, /*huge=*/false, /*pinned=*/false);
   counters.consolidations.fetch_add(1, std::memory_order_relaxed);
