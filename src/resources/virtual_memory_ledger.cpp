@@ -77,7 +77,10 @@ const VirtualMemoryLedger::Mapping* VirtualMemoryLedger::find_mapping(std::uintp
 void VirtualMemoryLedger::add_mapping(std::uintptr_t address, std::uint64_t chunk,
                                       std::size_t bytes) {
   mappings_.emplace(address, Mapping{bytes, chunk});
-  if (const auto it = chunks_.find(chunk); it != chunks_.end()) it->second.mapped = true;
+  if (const auto it = chunks_.find(chunk); it != chunks_.end()) {
+    it->second.mapped = true;
+    it->second.was_mapped = true;
+  }
   mapped_bytes_ += bytes;
 }
 

@@ -56,6 +56,8 @@ struct HostVirtualMemoryOptions {
   // Pre-fault the pages of a chunk when it is mapped (MAP_POPULATE). Costs one system call's
   // worth of work per chunk instead of one fault per 4 KiB page on first touch, but also
   // allocates pages the caller never touches. See docs/virtual_memory_pool.md for costs.
+  // A chunk mapped again after an unmap (a page moved) is populated whatever this says:
+  // its pages exist already, so that costs no memory.
   bool populate = false;
 };
 
