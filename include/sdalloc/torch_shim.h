@@ -46,6 +46,8 @@
  *   granularity            segment granularity (default 2MiB)
  *   min_segment            smallest segment (default 2MiB)
  *   huge_threshold         requests this big get a segment of their own (default 8MiB)
+ *   small_pool             below this, segments round to small_granularity (default 64MiB)
+ *   small_granularity      a small pool's segment granularity (default 128KiB)
  *   initial_reservation    one segment taken at the pool's creation and kept (default 0)
  *   release_before_growth  true|false (default true)
  *   consolidate            true|false (default true)

@@ -23,8 +23,9 @@ its own caching and statistics on top.
 
 Configuration keywords (both functions) are SDALLOC_CONF's keys (include/sdalloc/torch_shim.h):
 backend ("cuda" | "host"), mode ("pool" | "async" | "vmm" | "planned"), capacity,
-memory_fraction, granularity, min_segment, huge_threshold, initial_reservation (ints are
-bytes; strings like "2MiB" also work), release_before_growth, consolidate (bools),
+memory_fraction, granularity, min_segment, huge_threshold, small_pool, small_granularity,
+initial_reservation (ints are bytes; strings like "2MiB" also work), release_before_growth,
+consolidate (bools),
 replan_after (mode "planned": divergent steps in a row before the step is recorded again),
 max_plans (mode "planned": plans kept at once, one per kind of step).
 Keywords not given come from the SDALLOC_CONF environment variable, else the defaults.
@@ -56,8 +57,8 @@ from ._native import SdallocError
 # so a typo fails before the shim is loaded; tests/python/test_sdalloc_torch_shim.py checks
 # that they are the table's keys.
 _CONFIG_KEYS = ("backend", "mode", "capacity", "memory_fraction", "replan_after", "max_plans",
-                "granularity", "min_segment", "huge_threshold", "initial_reservation",
-                "release_before_growth", "consolidate")
+                "granularity", "min_segment", "huge_threshold", "small_pool", "small_granularity",
+                "initial_reservation", "release_before_growth", "consolidate")
 
 _installed = {"allocator": None, "conf": None}
 

@@ -47,6 +47,16 @@ std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes) {
           "huge_threshold", "requests this big get a segment of their own.",
           [](auto& c) -> auto& { return c.pool.huge_threshold; }),
       size_option<C>(
+          "small_pool",
+          "while the pool holds less than this, segments are multiples of "
+          "small_granularity instead; `0`: off.",
+          [](auto& c) -> auto& { return c.pool.small_pool_limit; }),
+      size_option<C>(
+          "small_granularity",
+          "what segments of a small pool are multiples of (a power of two, at least "
+          "4KiB; at most granularity).",
+          [](auto& c) -> auto& { return c.pool.small_granularity; }),
+      size_option<C>(
           "initial_reservation", "one segment taken when the pool is created, and kept.",
           [](auto& c) -> auto& { return c.pool.initial_reservation; }),
       bool_option<C>(

@@ -165,14 +165,18 @@ TEST(TraceReplay, WeightsThatStayLiveDoNotStopConsolidation) {
 // A floor reached twice inside one forward pass is not the end of a step: on
 // rec_sdunet_b2_32x32, 81 MiB of a 145 MiB peak, twice, before a later peak of 153 MiB.
 // Consolidating there made an arena too small for what followed (1.45 x live). The pool
-// consolidates once, when the stream empties, as before (1.12 x).
+// consolidates when the stream empties (1.11 x; once more in the first pass while the
+// pool is small and grows in 128 KiB segments), and the third pass takes no segment.
 TEST(TraceReplay, AFloorInsideAPassIsNotTheEndOfAStep) {
   const EventTrace trace = read_event_trace(SDALLOC_DATA_DIR "/traces/rec_sdunet_b2_32x32.csv");
   HostResource host;
   CachingPool pool(host);
-  for (int pass = 0; pass < 3; ++pass) ASSERT_TRUE(replay(trace, pool));
+  for (int pass = 0; pass < 2; ++pass) ASSERT_TRUE(replay(trace, pool));
+  const std::uint64_t taken = pool.stats().segment_allocations;
+  ASSERT_TRUE(replay(trace, pool));
   const PoolStats s = pool.stats();
-  EXPECT_EQ(s.consolidations, 1u);
+  EXPECT_LE(s.consolidations, 2u);
+  EXPECT_EQ(s.segment_allocations, taken) << "the third pass runs in the arena";
   EXPECT_LE(
       static_cast<double>(s.peak_reserved_bytes) / static_cast<double>(trace.peak_live_bytes()),
       1.13);

@@ -76,6 +76,14 @@ namespace {
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
 
+// The tests below pin down the mechanics at the 2 MiB granularity: their pools of a few MiB
+// would otherwise round to small_granularity (small_pool_limit), which has tests of its own.
+CachingPoolOptions large_pool_options() {
+  CachingPoolOptions options;
+  options.small_pool_limit = 0;
+  return options;
+}
+
 class CachingPoolTest : public ::testing::Test {
  protected:
   HostResource host_;
@@ -83,7 +91,7 @@ class CachingPoolTest : public ::testing::Test {
 };
 
 TEST_F(CachingPoolTest, FreedBlockIsReusedOnSameStream) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(1000);
   pool.deallocate(a, 1000);
   void* b = pool.allocate(1000);
@@ -93,7 +101,7 @@ TEST_F(CachingPoolTest, FreedBlockIsReusedOnSameStream) {
 }
 
 TEST_F(CachingPoolTest, SizesRoundUpTo512Bytes) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(1);
   void* b = pool.allocate(1);
   EXPECT_EQ(static_cast<char*>(b) - static_cast<char*>(a), 512);
@@ -104,7 +112,7 @@ TEST_F(CachingPoolTest, SizesRoundUpTo512Bytes) {
 }
 
 TEST_F(CachingPoolTest, SplitsASegmentForSmallRequests) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   std::vector<void*> blocks;
   for (int i = 0; i < 16; ++i) blocks.push_back(pool.allocate(64 * KiB));
   EXPECT_EQ(pool.stats().segments, 1u);  // 16 x 64 KiB fit one 2 MiB segment
@@ -114,7 +122,7 @@ TEST_F(CachingPoolTest, SplitsASegmentForSmallRequests) {
 }
 
 TEST_F(CachingPoolTest, CoalescesWithBothNeighbours) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(512 * KiB);
   void* b = pool.allocate(512 * KiB);
   void* c = pool.allocate(512 * KiB);
@@ -129,7 +137,7 @@ TEST_F(CachingPoolTest, CoalescesWithBothNeighbours) {
 }
 
 TEST_F(CachingPoolTest, BestFitTakesTheSmallestBlockThatFits) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   // Carve holes of 3 sizes separated by live blocks: 256 KiB, 64 KiB, 128 KiB.
   void* h1 = pool.allocate(256 * KiB);
   void* s1 = pool.allocate(512);
@@ -147,7 +155,7 @@ TEST_F(CachingPoolTest, BestFitTakesTheSmallestBlockThatFits) {
 }
 
 TEST_F(CachingPoolTest, HugeBlocksAreNotSplitForSmallRequests) {
-  CachingPoolOptions options;
+  CachingPoolOptions options = large_pool_options();
   options.huge_threshold = 8 * MiB;
   options.release_cached_before_growth = false;  // keep the free huge segment cached
   CachingPool pool(upstream_, options);
@@ -163,7 +171,7 @@ TEST_F(CachingPoolTest, HugeBlocksAreNotSplitForSmallRequests) {
 }
 
 TEST_F(CachingPoolTest, HugeBlockIsReusedOnlyByCloseSizes) {
-  CachingPoolOptions options;
+  CachingPoolOptions options = large_pool_options();
   options.huge_threshold = 8 * MiB;
   options.release_cached_before_growth = false;
   CachingPool pool(upstream_, options);
@@ -180,7 +188,7 @@ TEST_F(CachingPoolTest, HugeBlockIsReusedOnlyByCloseSizes) {
 }
 
 TEST_F(CachingPoolTest, TrimReturnsWholeFreeSegments) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(3 * MiB);
   void* b = pool.allocate(5 * MiB);
   pool.free(a);
@@ -194,7 +202,7 @@ TEST_F(CachingPoolTest, TrimReturnsWholeFreeSegments) {
 }
 
 TEST_F(CachingPoolTest, InitialReservationIsUsedAndKeptByTrim) {
-  CachingPoolOptions options;
+  CachingPoolOptions options = large_pool_options();
   options.initial_reservation = 64 * MiB;
   CachingPool pool(upstream_, options);
   EXPECT_EQ(upstream_.stats().allocations, 1u);
@@ -208,7 +216,7 @@ TEST_F(CachingPoolTest, InitialReservationIsUsedAndKeptByTrim) {
 }
 
 TEST_F(CachingPoolTest, ReleasesCachedSegmentsBeforeRaisingItsPeak) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(4 * MiB);
   pool.free(a);
   // The cached 4 MiB segment cannot hold 6 MiB; growing would raise the peak to 10 MiB, so
@@ -220,7 +228,7 @@ TEST_F(CachingPoolTest, ReleasesCachedSegmentsBeforeRaisingItsPeak) {
 }
 
 TEST_F(CachingPoolTest, KeepsCachedSegmentsWhenReleaseBeforeGrowthIsOff) {
-  CachingPoolOptions options;
+  CachingPoolOptions options = large_pool_options();
   options.release_cached_before_growth = false;
   CachingPool pool(upstream_, options);
   pool.free(pool.allocate(4 * MiB));
@@ -241,7 +249,7 @@ void churning_iteration(CachingPool& pool) {
 }
 
 TEST_F(CachingPoolTest, ConsolidatesAChurningStreamIntoOneArena) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   churning_iteration(pool);
   // The stream is empty: consolidation is due, and happens at its next allocation.
   EXPECT_EQ(pool.stats().consolidations, 0u);
@@ -266,7 +274,7 @@ TEST_F(CachingPoolTest, ConsolidatesAChurningStreamIntoOneArena) {
 TEST_F(CachingPoolTest, TheLastFreeOfAChurnedPoolTakesNoNewSegment) {
   const std::uint64_t before_allocations = upstream_.stats().allocations;
   {
-    CachingPool pool(upstream_);
+    CachingPool pool(upstream_, large_pool_options());
     churning_iteration(pool);
     const std::uint64_t taken = upstream_.stats().allocations;
     const PoolStats s = pool.stats();
@@ -281,7 +289,7 @@ TEST_F(CachingPoolTest, TheLastFreeOfAChurnedPoolTakesNoNewSegment) {
 }
 
 TEST_F(CachingPoolTest, TrimOfAPoolWithConsolidationDueReleasesAndTakesNothing) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   churning_iteration(pool);
   const std::uint64_t taken = upstream_.stats().allocations;
   EXPECT_EQ(pool.trim(), 8 * MiB);
@@ -296,7 +304,7 @@ TEST_F(CachingPoolTest, TrimOfAPoolWithConsolidationDueReleasesAndTakesNothing) 
 }
 
 TEST_F(CachingPoolTest, DoesNotConsolidateWhenDisabled) {
-  CachingPoolOptions options;
+  CachingPoolOptions options = large_pool_options();
   options.consolidate_when_empty = false;
   CachingPool pool(upstream_, options);
   for (int i = 0; i < 3; ++i) churning_iteration(pool);
@@ -305,7 +313,7 @@ TEST_F(CachingPoolTest, DoesNotConsolidateWhenDisabled) {
 }
 
 TEST_F(CachingPoolTest, DoesNotConsolidateAStreamThatNeverReleased) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(2 * MiB);
   void* b = pool.allocate(2 * MiB);  // two segments, grown without releasing anything
   pool.free(a);
@@ -316,7 +324,7 @@ TEST_F(CachingPoolTest, DoesNotConsolidateAStreamThatNeverReleased) {
 
 TEST_F(CachingPoolTest, OutOfMemoryReleasesTheCacheAndRetries) {
   LimitResource card(upstream_, 16 * MiB);
-  CachingPoolOptions options;
+  CachingPoolOptions options = large_pool_options();
   options.release_cached_before_growth = false;
   CachingPool pool(card, options);
   void* a = pool.allocate(2 * MiB);
@@ -332,7 +340,7 @@ TEST_F(CachingPoolTest, OutOfMemoryReleasesTheCacheAndRetries) {
 
 TEST_F(CachingPoolTest, OutOfMemoryStatesTheFiguresAndLeavesThePoolWorking) {
   LimitResource card(upstream_, 16 * MiB);
-  CachingPool pool(card);
+  CachingPool pool(card, large_pool_options());
   void* a = pool.allocate(10 * MiB);
   const PoolStats before = pool.stats();
   try {
@@ -359,7 +367,7 @@ TEST_F(CachingPoolTest, OutOfMemoryStatesTheFiguresAndLeavesThePoolWorking) {
 }
 
 TEST_F(CachingPoolTest, HonoursLargeAlignments) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   for (std::size_t alignment : {std::size_t{1024}, 4 * KiB, 64 * KiB, 1 * MiB, 4 * MiB}) {
     void* p = pool.allocate(1000, alignment, kDefaultStream);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignment, 0u) << alignment;
@@ -369,7 +377,7 @@ TEST_F(CachingPoolTest, HonoursLargeAlignments) {
 }
 
 TEST_F(CachingPoolTest, RejectsAlignmentThatIsNotAPowerOfTwo) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   EXPECT_THROW((void)pool.allocate(64, 3, kDefaultStream), InvalidArgument);
   EXPECT_THROW((void)pool.allocate(64, 2 * CachingPool::kMaxAlignment, kDefaultStream),
                InvalidArgument);
@@ -377,7 +385,7 @@ TEST_F(CachingPoolTest, RejectsAlignmentThatIsNotAPowerOfTwo) {
 }
 
 TEST_F(CachingPoolTest, DoubleFreeIsRejectedAndNamed) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(4096);
   void* keep = pool.allocate(4096);
   pool.free(a);
@@ -393,7 +401,7 @@ TEST_F(CachingPoolTest, DoubleFreeIsRejectedAndNamed) {
 }
 
 TEST_F(CachingPoolTest, InteriorPointerIsRejectedAndNamed) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(4096);
   try {
     pool.free(static_cast<char*>(a) + 512);
@@ -406,7 +414,7 @@ TEST_F(CachingPoolTest, InteriorPointerIsRejectedAndNamed) {
 }
 
 TEST_F(CachingPoolTest, DeallocateWithWrongSizeIsRejected) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(1000);
   EXPECT_THROW(pool.deallocate(a, 999), InvalidArgument);
   EXPECT_EQ(pool.allocation_size(a), 1000u);
@@ -427,14 +435,14 @@ TEST_F(CachingPoolTest, BadOptionsAreRejected) {
 
 TEST_F(CachingPoolTest, InitialReservationBeyondCapacityFailsConstruction) {
   LimitResource card(upstream_, 8 * MiB);
-  CachingPoolOptions options;
+  CachingPoolOptions options = large_pool_options();
   options.initial_reservation = 16 * MiB;
   EXPECT_THROW(CachingPool(card, options), OutOfMemory);
   EXPECT_EQ(card.used(), 0u);
 }
 
 TEST_F(CachingPoolTest, FreeSegmentMovesToAnotherStreamInsteadOfGrowing) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(8 * MiB, Stream{1});
   pool.free(a, Stream{1});
   void* b = pool.allocate(8 * MiB, Stream{2});
@@ -471,7 +479,7 @@ class ManualEvents final : public StreamEvents {
 
 TEST_F(CachingPoolTest, CrossStreamFreeIsReusedOnlyAfterItsEvent) {
   ManualEvents events;
-  CachingPoolOptions options;
+  CachingPoolOptions options = large_pool_options();
   options.stream_events = &events;
   CachingPool pool(upstream_, options);
   void* a = pool.allocate(1 * MiB, Stream{1});
@@ -499,7 +507,7 @@ TEST_F(CachingPoolTest, CrossStreamFreeIsReusedOnlyAfterItsEvent) {
 
 TEST_F(CachingPoolTest, RecordStreamMakesTheFreeWaitForThatStream) {
   ManualEvents events;
-  CachingPoolOptions options;
+  CachingPoolOptions options = large_pool_options();
   options.stream_events = &events;
   CachingPool pool(upstream_, options);
   void* a = pool.allocate(1 * MiB, Stream{1});
@@ -516,7 +524,7 @@ TEST_F(CachingPoolTest, RecordStreamMakesTheFreeWaitForThatStream) {
 }
 
 TEST_F(CachingPoolTest, CacheHitMakesNoSystemCallAndNoHeapAllocation) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   // Warm up: the sizes of the loop below are cached after this.
   for (int i = 0; i < 4; ++i) {
     void* a = pool.allocate(1 * MiB);
@@ -537,7 +545,7 @@ TEST_F(CachingPoolTest, CacheHitMakesNoSystemCallAndNoHeapAllocation) {
 }
 
 TEST_F(CachingPoolTest, ResetPeakStartsANewHighWaterMark) {
-  CachingPool pool(upstream_);
+  CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(6 * MiB);
   pool.free(a);
   EXPECT_EQ(pool.stats().peak_live_bytes, 6 * MiB);
@@ -551,7 +559,7 @@ TEST_F(CachingPoolTest, ResetPeakStartsANewHighWaterMark) {
 
 TEST_F(CachingPoolTest, DestructionReturnsEverySegment) {
   {
-    CachingPool pool(upstream_);
+    CachingPool pool(upstream_, large_pool_options());
     (void)pool.allocate(3 * MiB);  // still live at destruction
     pool.free(pool.allocate(100 * MiB));
     void* c = pool.allocate(1 * MiB, Stream{5});

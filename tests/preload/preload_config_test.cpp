@@ -54,7 +54,8 @@ TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
   EXPECT_EQ(parse_error("backend:host"),
             "SDALLOC_CONF: unknown key 'backend' (known: mode, threshold, address_space, report, "
             "record, huge_pages, keep_system_heap, capacity, replan_after, max_plans, granularity, "
-            "min_segment, huge_threshold, initial_reservation, release_before_growth, "
+            "min_segment, huge_threshold, small_pool, small_granularity, initial_reservation, "
+            "release_before_growth, "
             "consolidate), in 'backend:host'");
   EXPECT_EQ(parse_error("threshold:1KiB"),
             "SDALLOC_CONF: threshold must be at least 4KiB (the pool is not a small-object "

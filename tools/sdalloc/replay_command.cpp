@@ -87,11 +87,12 @@ void ReplayCommand::add_to(CLI::App& app) {
   replay->add_flag("--pool-no-consolidation", options.replay.target.pool_no_consolidation,
                    "pool: keep a churning stream's segments instead of one arena");
   replay
-      ->add_option("--pool-conf", options.pool_conf,
-                   "pool (and planned's fallback): CachingPool options in SDALLOC_CONF's "
-                   "spelling, e.g. huge_threshold:128MiB,consolidate:false (keys: granularity, "
-                   "min_segment, huge_threshold, initial_reservation, release_before_growth, "
-                   "consolidate)")
+      ->add_option(
+          "--pool-conf", options.pool_conf,
+          "pool (and planned's fallback): CachingPool options in SDALLOC_CONF's "
+          "spelling, e.g. huge_threshold:128MiB,consolidate:false (keys: granularity, "
+          "min_segment, huge_threshold, small_pool, small_granularity, initial_reservation, "
+          "release_before_growth, consolidate)")
       ->check(
           [](const std::string& text) -> std::string {
             try {

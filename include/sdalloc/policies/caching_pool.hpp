@@ -19,7 +19,8 @@
 //    attention, SDXL and small resolutions the large activations are 8-128 MiB, and cut up
 //    they cost 1.2-1.7 x live; docs/caching_pool.md has the sweep.)
 //  - Growth: a miss takes a new segment of max(round_up(request, segment_granularity),
-//    min_segment_size) bytes. If that would raise reserved bytes above their previous peak,
+//    min_segment_size) bytes (round_up(request, small_granularity) while the pool is below
+//    small_pool_limit). If that would raise reserved bytes above their previous peak,
 //    wholly free segments are first returned to the resource (release_cached_before_growth):
 //    the pool's footprint follows what is live instead of what was cached.
 //  - Consolidation: separate segments never merge, so a pool that releases before growing
@@ -83,9 +84,16 @@ struct CachingPoolOptions {
   std::size_t segment_granularity = std::size_t{2} << 20;  // segments are multiples of this
   std::size_t min_segment_size = std::size_t{2} << 20;     // smallest segment asked for
   std::size_t huge_threshold = std::size_t{8} << 20;       // requests this big get own blocks
-  bool release_cached_before_growth = true;                // see "Growth" above
-  bool consolidate_when_empty = true;     // see "Consolidation" above (also at a floor)
-  StreamEvents* stream_events = nullptr;  // nullptr: HostStreamEvents
+  // While the pool's peak reserved bytes (with the request) stay below small_pool_limit,
+  // segments and the consolidated arena are multiples of small_granularity (at most
+  // segment_granularity) and min_segment_size does not apply: a pool of a few MiB (ResNet-50
+  // at batch 1, an ONNX Runtime session's activations) would otherwise hold up to 2 MiB of
+  // rounding per segment (1.25 x live on ResNet-50; docs/caching_pool.md). 0: off.
+  std::size_t small_pool_limit = std::size_t{64} << 20;
+  std::size_t small_granularity = std::size_t{128} << 10;
+  bool release_cached_before_growth = true;  // see "Growth" above
+  bool consolidate_when_empty = true;        // see "Consolidation" above (also at a floor)
+  StreamEvents* stream_events = nullptr;     // nullptr: HostStreamEvents
 
   // Throws InvalidArgument naming the first bad field: granularity not a power of two of
   // at least 4 KiB, min_segment_size or initial_reservation not a multiple of it, or a

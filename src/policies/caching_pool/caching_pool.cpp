@@ -38,6 +38,10 @@ void CachingPoolOptions::validate() const {
     fail("huge_threshold must be at least segment_granularity, got " +
          std::to_string(huge_threshold));
   }
+  if (small_pool_limit != 0 && (!is_power_of_two(small_granularity) || small_granularity < 4096)) {
+    fail("small_granularity must be a power of two of at least 4096, got " +
+         std::to_string(small_granularity));
+  }
 }
 
 // =======================================================================================

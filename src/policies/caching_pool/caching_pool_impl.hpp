@@ -52,6 +52,14 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
     return fit;
   }
   void* allocate(std::size_t bytes, std::size_t alignment, Stream stream);
+  // What segments round to in a pool that will hold `pool_bytes`: small_granularity below
+  // small_pool_limit, segment_granularity from there on.
+  std::size_t segment_grain(std::size_t pool_bytes) const {
+    if (pool_bytes < options.small_pool_limit) {
+      return std::min(options.small_granularity, options.segment_granularity);
+    }
+    return options.segment_granularity;
+  }
   // One more try at the shard's cache, under its lock: the slow path's steps each end so.
   static void* allocate_in(PoolShard& shard, const Fit& fit, std::size_t bytes);
   void* allocate_slow(PoolShard& shard, const Fit& fit, std::size_t bytes);

@@ -98,9 +98,12 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   // 2. A wholly free segment cached by another, idle stream.
   if (void* ptr = allocate_from_other_shards(shard, fit, bytes, /*wait=*/false)) return ptr;
   // 3. A new segment from the resource.
-  std::size_t segment_size = round_up(fit.needed, options.segment_granularity);
+  const std::size_t grain = segment_grain(counters.reserved_bytes.peak() + fit.needed);
+  std::size_t segment_size = round_up(fit.needed, grain);
   const bool huge = fit.huge && segment_size >= options.min_segment_size;
-  segment_size = std::max(segment_size, options.min_segment_size);
+  if (grain == options.segment_granularity) {
+    segment_size = std::max(segment_size, options.min_segment_size);
+  }
   // The shard's own free segments go back in exchange for the new one (their pages move
   // into it where the resource can: see exchange_segments).
   std::vector<Segment*> released;

@@ -156,6 +156,7 @@ constexpr std::size_t kArenaHeadroom = 16;
 void CachingPool::Impl::consolidate(PoolShard& shard) {
   std::vector<Segment*> segments;
   std::size_t target = 0;
+  std::size_t grain = options.segment_granularity;
   {
     std::lock_guard lock(shard.mutex);
     shard.consolidation_due = false;
@@ -177,12 +178,13 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
         f.peak_reserved_bytes,
         f.peak_allocated_bytes + (f.peak_allocated_bytes - f.allocated_bytes) / kArenaHeadroom);
     target = needed > f.reserved_bytes ? needed - f.reserved_bytes : 0;  // pinned may do
+    grain = segment_grain(needed);
   }
   if (target == 0) {
     return_segments(segments, shard.stream);
     return;
   }
-  target = round_up(target, options.segment_granularity);
+  target = round_up(target, grain);
   void* base = nullptr;
   try {
     base = exchange_segments(segments, target, shard.stream);
