@@ -169,6 +169,12 @@ typedef struct sdalloc_pool_config_t {
    * always), so a step gets the same plan on every machine and every run. 0 (default): only
    * the time limit. */
   size_t planner_max_search_nodes;
+  /* While the pool holds less than small_pool_limit bytes (its peak, with the request),
+   * segments are multiples of small_granularity (a power of two >= 4 KiB; at most
+   * segment_granularity) and min_segment_size does not apply, so a pool of a few MiB does
+   * not hold 2 MiB of rounding per segment. Defaults 64 MiB and 128 KiB; 0 turns it off. */
+  size_t small_pool_limit;
+  size_t small_granularity;
 } sdalloc_pool_config_t;
 
 /* Fills the first struct_size bytes of *config with the defaults (at most this library's

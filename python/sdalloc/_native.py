@@ -51,7 +51,8 @@ class PoolConfig(Structure):
                 ("release_cached_before_growth", c_bool), ("consolidate_when_empty", c_bool),
                 # The header's order: `planned` follows, past the first version's padding.
                 ("replan_after_divergent_steps", c_size_t), ("planned", c_bool),
-                ("max_plans", c_size_t), ("planner_max_search_nodes", c_size_t)]
+                ("max_plans", c_size_t), ("planner_max_search_nodes", c_size_t),
+                ("small_pool_limit", c_size_t), ("small_granularity", c_size_t)]
 
 
 class Stats(Structure):

@@ -78,6 +78,8 @@ std::unique_ptr<sdalloc_pool> make_host_pool(const sdalloc_pool_config_t& config
   options.segment_granularity = config.segment_granularity;
   options.min_segment_size = config.min_segment_size;
   options.huge_threshold = config.huge_threshold;
+  options.small_pool_limit = config.small_pool_limit;
+  options.small_granularity = config.small_granularity;
   options.release_cached_before_growth = config.release_cached_before_growth;
   options.consolidate_when_empty = config.consolidate_when_empty;
   if (config.planned) {
@@ -193,6 +195,8 @@ void sdalloc_pool_config_init_sized(sdalloc_pool_config_t* out, std::size_t stru
   full.replan_after_divergent_steps = planned_defaults.replan_after_divergent_steps;
   full.max_plans = planned_defaults.max_plans;
   full.planner_max_search_nodes = planned_defaults.planner_max_search_nodes;
+  full.small_pool_limit = defaults.small_pool_limit;
+  full.small_granularity = defaults.small_granularity;
   const std::size_t filled = std::min(struct_size, sizeof full);
   full.struct_size = filled;
   std::memcpy(out, &full, filled);

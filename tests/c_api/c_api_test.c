@@ -200,6 +200,29 @@ static void pool_create_with_null_config_uses_defaults(void) {
   sdalloc_pool_destroy(NULL); /* documented no-op */
 }
 
+static void small_pool_limit_zero_takes_min_segment_size_segments(void) {
+  g_test = "small_pool_limit_zero_takes_min_segment_size_segments";
+  sdalloc_pool_config_t config;
+  sdalloc_pool_config_init(&config);
+  CHECK(config.small_pool_limit == 64 * MIB);
+  CHECK(config.small_granularity == SMALL_SEGMENT);
+  config.small_pool_limit = 0;
+  sdalloc_pool_t* pool = NULL;
+  CHECK_OK(sdalloc_pool_create(&config, &pool));
+  void* p = NULL;
+  CHECK_OK(sdalloc_malloc(pool, 100, NULL, &p));
+  sdalloc_stats_t stats;
+  stats.struct_size = sizeof stats;
+  CHECK_OK(sdalloc_pool_stats(pool, &stats));
+  CHECK(stats.reserved_bytes == 2 * MIB); /* one min_segment_size segment */
+  CHECK_OK(sdalloc_free(pool, p, NULL));
+  sdalloc_pool_destroy(pool);
+  config.small_pool_limit = 64 * MIB;
+  config.small_granularity = 100 * 1024; /* not a power of two */
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_create(&config, &pool));
+  CHECK_MESSAGE("small_granularity");
+}
+
 static void initial_reservation_is_taken_at_creation_and_kept(void) {
   g_test = "initial_reservation_is_taken_at_creation_and_kept";
   sdalloc_pool_config_t config;
@@ -1017,6 +1040,7 @@ int main(void) {
   config_init_fills_the_defaults();
   pool_create_rejects_bad_arguments();
   pool_create_with_null_config_uses_defaults();
+  small_pool_limit_zero_takes_min_segment_size_segments();
   initial_reservation_is_taken_at_creation_and_kept();
   hugepage_pool_serves_2mib_aligned_segments();
 
