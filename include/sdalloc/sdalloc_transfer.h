@@ -58,7 +58,17 @@ typedef struct sdalloc_transfer_stats_t {
   size_t staging_held_bytes, staging_peak_held_bytes;
 } sdalloc_transfer_stats_t;
 
+/* Fills the first struct_size bytes of *config with the defaults (at most this library's
+ * sizeof) and sets config->struct_size to what it filled; nothing if config is NULL or
+ * struct_size cannot hold struct_size itself. The macro passes sizeof as the caller's header
+ * has it, so a program never has more bytes written than its struct holds, whatever library
+ * it runs with (as sdalloc_pool_config_init in sdalloc.h); the function itself, for bindings
+ * that call the symbol, writes this library's sizeof. */
+SDALLOC_API void sdalloc_transfer_config_init_sized(sdalloc_transfer_config_t* config,
+                                                    size_t struct_size) SDALLOC_NOEXCEPT;
 SDALLOC_API void sdalloc_transfer_config_init(sdalloc_transfer_config_t* config) SDALLOC_NOEXCEPT;
+#define sdalloc_transfer_config_init(config) \
+  sdalloc_transfer_config_init_sized((config), sizeof(sdalloc_transfer_config_t))
 SDALLOC_API sdalloc_status_t sdalloc_transfer_engine_create(
     const sdalloc_transfer_config_t* config, sdalloc_transfer_engine_t** out) SDALLOC_NOEXCEPT;
 /* Waits for every request, then frees the engine. NULL is a no-op. */
@@ -114,7 +124,12 @@ typedef struct sdalloc_offload_stats_t {
   size_t resident_bytes, peak_resident_bytes, budget, largest_weight;
 } sdalloc_offload_stats_t;
 
+/* As sdalloc_transfer_config_init_sized / sdalloc_transfer_config_init. */
+SDALLOC_API void sdalloc_offload_config_init_sized(sdalloc_offload_config_t* config,
+                                                   size_t struct_size) SDALLOC_NOEXCEPT;
 SDALLOC_API void sdalloc_offload_config_init(sdalloc_offload_config_t* config) SDALLOC_NOEXCEPT;
+#define sdalloc_offload_config_init(config) \
+  sdalloc_offload_config_init_sized((config), sizeof(sdalloc_offload_config_t))
 /* The engine must outlive the offload handle. */
 SDALLOC_API sdalloc_status_t sdalloc_offload_create(sdalloc_transfer_engine_t* engine,
                                                     const sdalloc_offload_config_t* config,

@@ -68,10 +68,10 @@ class OffloadStats(Structure):
 
 
 _TRANSFER_API = {
-    "sdalloc_transfer_config_init": (None, [POINTER(TransferConfig)]),
+    "sdalloc_transfer_config_init_sized": (None, [POINTER(TransferConfig), c_size_t]),
     "sdalloc_transfer_engine_create": (c_int, [POINTER(TransferConfig), POINTER(c_void_p)]),
     "sdalloc_transfer_engine_destroy": (None, [c_void_p]),
-    "sdalloc_offload_config_init": (None, [POINTER(OffloadConfig)]),
+    "sdalloc_offload_config_init_sized": (None, [POINTER(OffloadConfig), c_size_t]),
     "sdalloc_offload_create": (c_int, [c_void_p, POINTER(OffloadConfig), POINTER(c_void_p)]),
     "sdalloc_offload_destroy": (None, [c_void_p]),
     "sdalloc_offload_add_weight": (c_int, [c_void_p, c_void_p, c_size_t, POINTER(c_size_t)]),
@@ -236,7 +236,8 @@ class Offload:
         self._stream = None
         c = self._lib.c
         config = TransferConfig()
-        c.sdalloc_transfer_config_init(ctypes.byref(config))
+        # This struct's size, not the library's: the library writes no more than that.
+        c.sdalloc_transfer_config_init_sized(ctypes.byref(config), ctypes.sizeof(config))
         engine = c_void_p()
         if self._cuda:
             # Refuses, saying why, where no CUDA device is usable: before torch.cuda is asked.
@@ -249,7 +250,7 @@ class Offload:
         self._engine = engine
         try:
             options = OffloadConfig()
-            c.sdalloc_offload_config_init(ctypes.byref(options))
+            c.sdalloc_offload_config_init_sized(ctypes.byref(options), ctypes.sizeof(options))
             options.budget = budget
             options.prefetch = prefetch
             handle = c_void_p()

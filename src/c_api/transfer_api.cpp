@@ -7,6 +7,8 @@
 // being dereferenced.
 #include "sdalloc/sdalloc_transfer.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -69,6 +71,16 @@ sdalloc::TransferHandle handle_of(sdalloc_transfer_engine& e, sdalloc_transfer_t
   return it->second;
 }
 
+// Writes the first struct_size bytes of `full` (the defaults) to `out`, and struct_size as
+// what was written: a caller's shorter, older struct gets its own fields and no more.
+template <class Config>
+void copy_defaults(const Config& full, Config* out, std::size_t struct_size) noexcept {
+  if (out == nullptr || struct_size < sizeof out->struct_size) return;
+  Config sized = full;
+  sized.struct_size = std::min(struct_size, sizeof full);
+  std::memcpy(out, &sized, sized.struct_size);
+}
+
 sdalloc::WeightOffloader& offloader_of(sdalloc_offload_t* offload) {
   require(offload != nullptr, "offload is NULL");
   return *offload->offloader;
@@ -78,17 +90,23 @@ sdalloc::WeightOffloader& offloader_of(sdalloc_offload_t* offload) {
 
 extern "C" {
 
-void sdalloc_transfer_config_init(sdalloc_transfer_config_t* config) noexcept {
-  if (config == nullptr) return;
+// The names in parentheses: the functions, not the header's macros of the same names.
+void(sdalloc_transfer_config_init)(sdalloc_transfer_config_t* config) noexcept {
+  sdalloc_transfer_config_init_sized(config, sizeof *config);
+}
+
+void sdalloc_transfer_config_init_sized(sdalloc_transfer_config_t* config,
+                                        std::size_t struct_size) noexcept {
   const sdalloc::TransferEngineOptions defaults;
-  *config = sdalloc_transfer_config_t{};
-  config->struct_size = sizeof *config;
-  config->staging_budget = defaults.staging_budget;
-  config->batch_bytes = defaults.batch_bytes;
-  config->small_bytes = defaults.small_bytes;
-  config->chunk_bytes = defaults.chunk_bytes;
-  config->copy_streams = sdalloc::HostCopyBackendOptions{}.copy_streams;
-  config->copy_bytes_per_second = 0;
+  sdalloc_transfer_config_t full;
+  std::memset(&full, 0, sizeof full);  // padding too, so configs compare bytewise
+  full.staging_budget = defaults.staging_budget;
+  full.batch_bytes = defaults.batch_bytes;
+  full.small_bytes = defaults.small_bytes;
+  full.chunk_bytes = defaults.chunk_bytes;
+  full.copy_streams = sdalloc::HostCopyBackendOptions{}.copy_streams;
+  full.copy_bytes_per_second = 0;
+  copy_defaults(full, config, struct_size);
 }
 
 sdalloc_status_t sdalloc_transfer_engine_create(const sdalloc_transfer_config_t* config,
@@ -216,14 +234,19 @@ sdalloc_status_t sdalloc_transfer_stats(sdalloc_transfer_engine_t* engine,
   });
 }
 
-void sdalloc_offload_config_init(sdalloc_offload_config_t* config) noexcept {
-  if (config == nullptr) return;
+void(sdalloc_offload_config_init)(sdalloc_offload_config_t* config) noexcept {
+  sdalloc_offload_config_init_sized(config, sizeof *config);
+}
+
+void sdalloc_offload_config_init_sized(sdalloc_offload_config_t* config,
+                                       std::size_t struct_size) noexcept {
   const sdalloc::OffloadOptions defaults;
-  *config = sdalloc_offload_config_t{};
-  config->struct_size = sizeof *config;
-  config->budget = defaults.budget;
-  config->prefetch = defaults.prefetch;
-  config->pin = defaults.pin;
+  sdalloc_offload_config_t full;
+  std::memset(&full, 0, sizeof full);
+  full.budget = defaults.budget;
+  full.prefetch = defaults.prefetch;
+  full.pin = defaults.pin;
+  copy_defaults(full, config, struct_size);
 }
 
 sdalloc_status_t sdalloc_offload_create(sdalloc_transfer_engine_t* engine,

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -83,6 +85,40 @@ TEST(TransferCApi, ErrorsAreStatusesWithMessages) {
   bad.staging_budget = 1;
   EXPECT_EQ(sdalloc_transfer_engine_create(&bad, &none), SDALLOC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(none, nullptr);
+}
+
+// The inits write no more than the caller's struct: an older, shorter struct gets its own
+// fields (and struct_size says how many bytes), nothing past them.
+template <class Config, class Init>
+void expect_init_stays_within(Init init, std::size_t first) {
+  constexpr unsigned char kGuard = 0xAB;
+  std::vector<unsigned char> bytes(sizeof(Config) + 64, kGuard);
+  auto* config = reinterpret_cast<Config*>(bytes.data());
+  init(config, first);
+  EXPECT_EQ(config->struct_size, first);
+  for (std::size_t i = first; i < bytes.size(); ++i) ASSERT_EQ(bytes[i], kGuard) << "byte " << i;
+  std::fill(bytes.begin(), bytes.end(), kGuard);
+  init(config, bytes.size());  // a newer caller: this library fills what it knows
+  EXPECT_EQ(config->struct_size, sizeof(Config));
+  for (std::size_t i = sizeof(Config); i < bytes.size(); ++i) ASSERT_EQ(bytes[i], kGuard) << i;
+  std::fill(bytes.begin(), bytes.end(), kGuard);
+  init(config, sizeof(std::size_t) - 1);  // cannot even hold struct_size: nothing written
+  for (const unsigned char b : bytes) ASSERT_EQ(b, kGuard);
+  init(nullptr, sizeof(Config));
+}
+
+TEST(TransferCApi, ConfigInitsWriteNoMoreThanTheCallersStruct) {
+  expect_init_stays_within<sdalloc_transfer_config_t>(
+      [](sdalloc_transfer_config_t* c, std::size_t n) { sdalloc_transfer_config_init_sized(c, n); },
+      offsetof(sdalloc_transfer_config_t, chunk_bytes));
+  expect_init_stays_within<sdalloc_offload_config_t>(
+      [](sdalloc_offload_config_t* c, std::size_t n) { sdalloc_offload_config_init_sized(c, n); },
+      offsetof(sdalloc_offload_config_t, prefetch));
+  // The macro passes the caller's sizeof; the plain symbol (ctypes) this library's.
+  sdalloc_transfer_config_t full;
+  (sdalloc_transfer_config_init)(&full);
+  EXPECT_EQ(full.struct_size, sizeof full);
+  EXPECT_GT(full.staging_budget, 0u);
 }
 
 TEST(TransferCApi, OffloadStepsServeEqualWeightsUnderTheBudget) {
