@@ -3,6 +3,7 @@
 // and the small checks and conversions of C arguments.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -81,6 +82,18 @@ std::int32_t raw_value(const Enum& value) noexcept {
 // one of its enumerators, which dtype_bits() answers with 0).
 inline sdalloc::DType dtype_of(const sdalloc_dtype_t& dtype) noexcept {
   return static_cast<sdalloc::DType>(raw_value(dtype));
+}
+
+// The *_config_init_sized functions: writes the first struct_size bytes of `full` (the
+// defaults) to `out`, and struct_size as what was written, so a caller's shorter, older
+// struct gets its own fields and no more; nothing when out is NULL or struct_size cannot
+// hold struct_size itself.
+template <class Config>
+void copy_defaults(const Config& full, Config* out, std::size_t struct_size) noexcept {
+  if (out == nullptr || struct_size < sizeof out->struct_size) return;
+  Config sized = full;
+  sized.struct_size = std::min(struct_size, sizeof full);
+  std::memcpy(out, &sized, sized.struct_size);
 }
 
 }  // namespace sdalloc::c_api_detail

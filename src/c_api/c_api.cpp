@@ -178,7 +178,6 @@ void(sdalloc_pool_config_init)(sdalloc_pool_config_t* config) noexcept {
 }
 
 void sdalloc_pool_config_init_sized(sdalloc_pool_config_t* out, std::size_t struct_size) noexcept {
-  if (out == nullptr || struct_size < sizeof out->struct_size) return;
   sdalloc_pool_config_t full;
   const sdalloc::CachingPoolOptions defaults;
   std::memset(&full, 0, sizeof full);  // padding too, so configs compare bytewise
@@ -197,9 +196,7 @@ void sdalloc_pool_config_init_sized(sdalloc_pool_config_t* out, std::size_t stru
   full.planner_max_search_nodes = planned_defaults.planner_max_search_nodes;
   full.small_pool_limit = defaults.small_pool_limit;
   full.small_granularity = defaults.small_granularity;
-  const std::size_t filled = std::min(struct_size, sizeof full);
-  full.struct_size = filled;
-  std::memcpy(out, &full, filled);
+  copy_defaults(full, out, struct_size);
 }
 
 sdalloc_status_t sdalloc_pool_create(const sdalloc_pool_config_t* config,

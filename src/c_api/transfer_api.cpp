@@ -71,16 +71,6 @@ sdalloc::TransferHandle handle_of(sdalloc_transfer_engine& e, sdalloc_transfer_t
   return it->second;
 }
 
-// Writes the first struct_size bytes of `full` (the defaults) to `out`, and struct_size as
-// what was written: a caller's shorter, older struct gets its own fields and no more.
-template <class Config>
-void copy_defaults(const Config& full, Config* out, std::size_t struct_size) noexcept {
-  if (out == nullptr || struct_size < sizeof out->struct_size) return;
-  Config sized = full;
-  sized.struct_size = std::min(struct_size, sizeof full);
-  std::memcpy(out, &sized, sized.struct_size);
-}
-
 sdalloc::WeightOffloader& offloader_of(sdalloc_offload_t* offload) {
   require(offload != nullptr, "offload is NULL");
   return *offload->offloader;
@@ -106,7 +96,7 @@ void sdalloc_transfer_config_init_sized(sdalloc_transfer_config_t* config,
   full.chunk_bytes = defaults.chunk_bytes;
   full.copy_streams = sdalloc::HostCopyBackendOptions{}.copy_streams;
   full.copy_bytes_per_second = 0;
-  copy_defaults(full, config, struct_size);
+  sdalloc::c_api_detail::copy_defaults(full, config, struct_size);
 }
 
 sdalloc_status_t sdalloc_transfer_engine_create(const sdalloc_transfer_config_t* config,
@@ -246,7 +236,7 @@ void sdalloc_offload_config_init_sized(sdalloc_offload_config_t* config,
   full.budget = defaults.budget;
   full.prefetch = defaults.prefetch;
   full.pin = defaults.pin;
-  copy_defaults(full, config, struct_size);
+  sdalloc::c_api_detail::copy_defaults(full, config, struct_size);
 }
 
 sdalloc_status_t sdalloc_offload_create(sdalloc_transfer_engine_t* engine,
