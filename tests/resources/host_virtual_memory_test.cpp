@@ -61,10 +61,9 @@ std::size_t present_pages(const void* base, std::size_t bytes) {
   EXPECT_GE(fd, 0) << "opening /proc/self/pagemap";
   std::vector<std::uint64_t> entries(bytes / kPage);
   const auto first = reinterpret_cast<std::uintptr_t>(base) / kPage;
-  const auto length = static_cast<ssize_t>(entries.size() * sizeof(std::uint64_t));
-  EXPECT_EQ(::pread(fd, entries.data(), entries.size() * sizeof(std::uint64_t),
-                    static_cast<off_t>(first * sizeof(std::uint64_t))),
-            length)
+  const std::size_t length = entries.size() * sizeof(std::uint64_t);
+  EXPECT_EQ(::pread(fd, entries.data(), length, static_cast<off_t>(first * sizeof(std::uint64_t))),
+            static_cast<ssize_t>(length))
       << "reading /proc/self/pagemap";
   ::close(fd);
   std::size_t present = 0;
