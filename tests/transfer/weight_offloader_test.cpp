@@ -161,11 +161,24 @@ TEST(WeightOffloader, CopiesOverlapComputeOfKnownDuration) {
        {Case{milliseconds(30), milliseconds(15)}, Case{milliseconds(15), milliseconds(30)}}) {
     const double compute_total = kLayers * std::chrono::duration<double>(c.compute).count();
     const double copy_seconds = std::chrono::duration<double>(c.copy).count();
-    const StepTime overlapped = step_time(2, c.compute, c.copy, kLayers);
+    // A loaded machine (CI's sanitizer stages on two cores) only ever makes a step slower, so
+    // the overlapped step is timed up to three times and the fastest counts: a step whose
+    // copies do not overlap takes compute + copy, about 1.4 x max(compute, copy) here (the
+    // synchronous step below), on every try; one that overlaps meets 1.10 x on an unloaded
+    // try.
+    StepTime overlapped;
+    double bound = 0;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const StepTime t = step_time(2, c.compute, c.copy, kLayers);
+      // Total copy time: the loads the step made (weights kept resident cost nothing).
+      const double copy_total = static_cast<double>(t.loads) * copy_seconds;
+      if (attempt == 0 || t.seconds < overlapped.seconds) {
+        overlapped = t;
+        bound = std::max(compute_total, copy_total);
+      }
+      if (overlapped.seconds <= 1.10 * bound) break;
+    }
     const StepTime synchronous = step_time(0, c.compute, c.copy, kLayers);
-    // Total copy time: the loads the step made (weights kept resident cost nothing).
-    const double copy_total = static_cast<double>(overlapped.loads) * copy_seconds;
-    const double bound = std::max(compute_total, copy_total);
     const double sum = compute_total + static_cast<double>(synchronous.loads) * copy_seconds;
     std::printf(
         "offload step (compute %lld ms, copy %lld ms per layer, %zu layers): "
