@@ -206,7 +206,7 @@ void VirtualMemoryPool::Impl::recycle_block(PoolShard& shard, Block* block) {
   // stays mapped under free space (the invariant allows it) and is counted; the chunks
   // unmapped before it go to the spares as usual.
   const std::size_t first = range.end_page(merged->addr);
-  const std::size_t end = range.first_page(merged->end());
+  const std::size_t end = range.mapped_scan_end(range.first_page(merged->end()));
   std::vector<std::uint32_t> freed;
   try {
     freed.reserve(end > first ? end - first : 0);
@@ -239,8 +239,9 @@ std::size_t VirtualMemoryPool::Impl::steal_pages(PoolShard& shard, std::size_t p
   for (Block* b = shard.normal.best_fit(page_size); b != nullptr && taken < want;
        b = shard.normal.successor(b)) {
     VmRange& range = range_of(b);  // every range of a shard has `page_size` pages
-    const std::size_t first = range.end_page(b->addr);   // first page starting inside b
-    const std::size_t end = range.first_page(b->end());  // pages ending inside b
+    const std::size_t first = range.end_page(b->addr);  // first page starting inside b
+    // pages ending inside b (none mapped beyond the range's page table)
+    const std::size_t end = range.mapped_scan_end(range.first_page(b->end()));
     for (std::size_t p = first; p < end && taken < want; ++p) {
       if (!range.is_mapped(p)) continue;
       out.push_back(unmap_page(range, p, shard.stream));

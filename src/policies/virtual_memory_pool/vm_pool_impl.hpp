@@ -52,6 +52,11 @@ struct VmRange : detail::Segment {
   std::size_t mapped_pages = 0;
 
   bool is_mapped(std::size_t page) const { return page < pages.size() && pages[page] != 0; }
+  // `end` cut to the pages ever mapped: a scan for mapped pages stops there, not at the end
+  // of a free block that may span most of a large reservation (millions of pages).
+  std::size_t mapped_scan_end(std::size_t end) const {
+    return end < pages.size() ? end : pages.size();
+  }
   std::uintptr_t page_address(std::size_t page) const { return base + page * page_size; }
   std::size_t first_page(std::uintptr_t addr) const { return (addr - base) / page_size; }
   // One past the last page that [addr, end) overlaps.
