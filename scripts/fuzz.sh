@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh - builds the libFuzzer targets (CMakePresets.json "fuzz": clang, ASan +
-# UBSan) and runs each for a fixed time or a fixed number of executions.
+# UBSan; "fuzz-preload" for the drop-in's, UBSan alone) and runs each for a fixed time or a
+# fixed number of executions.
 #
 #   scripts/fuzz.sh [--seconds N] [--runs N] [--jobs N] [--workers N] [NAME...]
 #
@@ -10,6 +11,9 @@
 #   --workers N  fuzz in N processes at once (libFuzzer's -fork=N; default 1): the runs are
 #                the sum over them, and a finding in any one stops the fuzzer
 #   NAME...      fuzzers to run (default: all): trace interval planner conf c_api pools
+#                preload_pool preload_vmm preload_planned (the drop-in's one target,
+#                fuzz_preload, in each mode: SDALLOC_PRELOAD_CONF=mode:<mode>,threshold:16KiB,
+#                capacity:16MiB, seed corpus tests/fuzz/corpus/preload/)
 #
 # Each fuzzer starts from its seed corpus, tests/fuzz/corpus/<name>/ (read only), and keeps
 # what it finds new in build/fuzz/corpus/<name>/. A crash, a sanitizer report, a leak, a
@@ -21,7 +25,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-all=(trace interval planner conf c_api pools)
+all=(trace interval planner conf c_api pools preload_pool preload_vmm preload_planned)
 seconds=600
 runs=""
 jobs=$(nproc)
@@ -45,9 +49,22 @@ done
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install clang)" >&2; exit 1; }
 
 build=${SDALLOC_BUILD_ROOT:-$root/build}/fuzz
+preload_build=${SDALLOC_BUILD_ROOT:-$root/build}/fuzz-preload
 cd "$root"
-cmake --preset fuzz -B "$build" >/dev/null
-cmake --build "$build" -j "$jobs" --target sdalloc_fuzzers
+# The drop-in's target lives in a build of its own (no ASan); build only the trees needed.
+need_asan=0
+need_preload=0
+for name in "${names[@]}"; do
+  if [[ $name == preload_* ]]; then need_preload=1; else need_asan=1; fi
+done
+if [[ $need_asan == 1 ]]; then
+  cmake --preset fuzz -B "$build" >/dev/null
+  cmake --build "$build" -j "$jobs" --target sdalloc_fuzzers
+fi
+if [[ $need_preload == 1 ]]; then
+  cmake --preset fuzz-preload -B "$preload_build" >/dev/null
+  cmake --build "$preload_build" -j "$jobs" --target fuzz_preload
+fi
 
 # Leaks are findings; UBSan stops at its first report (the build makes it fatal as well).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:malloc_context_size=8}
@@ -57,6 +74,14 @@ mkdir -p "$build/findings"
 failed=()
 summary=()
 for name in "${names[@]}"; do
+  binary=$build/tests/fuzz/fuzz_$name
+  seeds=$root/tests/fuzz/corpus/$name
+  conf=()
+  if [[ $name == preload_* ]]; then
+    binary=$preload_build/tests/fuzz/fuzz_preload
+    seeds=$root/tests/fuzz/corpus/preload
+    conf=(env "SDALLOC_PRELOAD_CONF=mode:${name#preload_},threshold:16KiB,capacity:16MiB")
+  fi
   corpus=$build/corpus/$name
   mkdir -p "$corpus"
   limit=(-max_total_time="$seconds")
@@ -69,9 +94,9 @@ for name in "${names[@]}"; do
   # -entropic=0: clang 14's entropic scheduler spent 45-58 % of the c_api and pools
   # fuzzers' time in UpdateFeatureFrequency (perf); without it they ran 1.8-2.2x the
   # executions per second and reached as much coverage in the same 10 s.
-  "$build/tests/fuzz/fuzz_$name" "${limit[@]}" -entropic=0 -max_len=4096 -timeout=25 \
+  "${conf[@]}" "$binary" "${limit[@]}" -entropic=0 -max_len=4096 -timeout=25 \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$build/findings/$name-" \
-    "$corpus" "$root/tests/fuzz/corpus/$name" >"$log" 2>&1 || rc=$?
+    "$corpus" "$seeds" >"$log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   # -fork prints no final stats: its last '#N: cov: ...' line counts every worker's runs.

@@ -20,44 +20,36 @@
 #include <exception>
 
 #include "core/bits.hpp"
+#include "preload/inside_sdalloc.hpp"
 #include "preload/preload_runtime.hpp"
 #include "preload/system_allocator.hpp"
 
 namespace sdalloc::preload {
-namespace {
 
-// =======================================================================================
-// "Inside sdalloc": initial-exec TLS, so reading it never calls malloc (__tls_get_addr can)
-
+// The flag of inside_sdalloc.hpp.
 thread_local __attribute__((tls_model("initial-exec"))) bool t_inside = false;
 
-class InsideScope {
- public:
-  InsideScope() : saved_errno_(errno), was_inside_(t_inside) { t_inside = true; }
-  ~InsideScope() { t_inside = was_inside_; }
-  InsideScope(const InsideScope&) = delete;
-  InsideScope& operator=(const InsideScope&) = delete;
-  void keep_errno() const { errno = saved_errno_; }
-
- private:
-  int saved_errno_;
-  bool was_inside_;
-};
+namespace {
 
 constexpr std::size_t kMinPoolAlignment = 16;  // what malloc promises on x86-64
 constexpr std::size_t kPage = 4096;
 
 bool is_small(std::size_t bytes) { return bytes < current_threshold() || t_inside; }
 
-void* system_allocate(std::size_t bytes, std::size_t alignment) {
+// `zeroed` (calloc's share): glibc's calloc, which knows which of its pages are fresh; a
+// memset after glibc's malloc would touch every page of a block glibc just mapped.
+void* system_allocate(std::size_t bytes, std::size_t alignment, bool zeroed = false) {
+  if (zeroed) return __libc_calloc(1, bytes);
   return alignment <= kMinPoolAlignment ? __libc_malloc(bytes) : __libc_memalign(alignment, bytes);
 }
 
 // The pool's share of a request of `bytes` (>= the threshold). Falls back to glibc when the
-// pool is off or full. `fresh` (calloc) receives the fresh pages the request mapped.
+// pool is off or full. `fresh` (calloc only) receives the fresh pages the request mapped; a
+// calloc that falls back is glibc's calloc, zeroed already.
 void* large_allocate(std::size_t bytes, std::size_t alignment, FreshPages* fresh = nullptr) {
   if (alignment > sdalloc::kPoolMaxAlignment || bytes > sdalloc::kPoolMaxAllocation) {
-    return system_allocate(bytes, alignment);  // beyond any pool: glibc says ENOMEM itself
+    // beyond any pool: glibc says ENOMEM itself
+    return system_allocate(bytes, alignment, fresh != nullptr);
   }
   void* ptr = nullptr;
   {
@@ -83,7 +75,7 @@ void* large_allocate(std::size_t bytes, std::size_t alignment, FreshPages* fresh
     inside.keep_errno();
   }
   if (fresh != nullptr) fresh->clear();
-  return system_allocate(bytes, alignment);
+  return system_allocate(bytes, alignment, fresh != nullptr);
 }
 
 void large_free(void* ptr) {
@@ -181,10 +173,7 @@ __attribute__((visibility("default"))) void* calloc(std::size_t count, std::size
   FreshPages fresh;
   void* ptr = large_allocate(total, kMinPoolAlignment, &fresh);
   if (ptr == nullptr) return nullptr;
-  if (!owns(ptr)) {
-    std::memset(ptr, 0, total);  // glibc served it (pool full): its memory may be reused
-    return ptr;
-  }
+  if (!owns(ptr)) return ptr;  // glibc's calloc served it (pool off or full): zeroed
   zero_but_fresh(ptr, total, fresh);
   return ptr;
 }

@@ -7,10 +7,10 @@
 // malloc_usable_size, operator new/delete, many threads at once, fork() while other threads
 // allocate (the child allocates), and a free of a pointer inside the pool's range that is not
 // an allocation (the child must abort with a message). `capacity` checks that a full pool
-// hands requests to the system allocator; `off` that the program runs when the drop-in is off
-// (bad SDALLOC_CONF); `steps` marks steps (mode:planned); `autostep` runs a loop whose
-// steps the drop-in must find by itself (mode:planned); `system_heap` that glibc keeps the
-// memory of requests below the threshold (keep_system_heap, the default) and
+// hands requests to the system allocator (a calloc to glibc's calloc); `off` that the program runs
+// when the drop-in is off (bad SDALLOC_CONF); `steps` marks steps (mode:planned); `autostep` runs a
+// loop whose steps the drop-in must find by itself (mode:planned); `system_heap` that glibc keeps
+// the memory of requests below the threshold (keep_system_heap, the default) and
 // `system_heap_default` that keep_system_heap:false leaves glibc's defaults. Exit 0: every
 // check held.
 #include <dlfcn.h>
@@ -70,6 +70,16 @@ bool holds(const void* p, std::size_t n, unsigned char seed) {
     if (b[i] != static_cast<unsigned char>(seed + i / 4096)) return false;
   }
   return n == 0 || (n - 1) % 4096 == 0 || b[n - 1] == seed;
+}
+
+// The process's resident memory (/proc/self/statm), 0 when it cannot be read.
+std::size_t resident_bytes() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr) return 0;
+  unsigned long long total = 0, resident = 0;
+  const int read = std::fscanf(statm, "%llu %llu", &total, &resident);
+  std::fclose(statm);
+  return read == 2 ? static_cast<std::size_t>(resident) * 4096 : 0;
 }
 
 // A size the compiler cannot see through (so malloc/free pairs are not elided).
@@ -383,6 +393,17 @@ int run_capacity() {
     blocks.push_back(p);
   }
   CHECK(outside > 0 && outside < 8);
+  // A calloc glibc serves while the pool is full is glibc's calloc: zero, without the drop-in
+  // writing (and so faulting in) every page of a block glibc just mapped.
+  const std::size_t before = resident_bytes();
+  auto* zeroed = static_cast<unsigned char*>(std::calloc(1, g_big * 8));
+  const std::size_t after = resident_bytes();
+  CHECK(zeroed != nullptr && !owns(zeroed));
+  CHECK(after < before + 8 * kMiB);
+  if (zeroed != nullptr) {
+    for (std::size_t i = 0; i < g_big * 8; i += 4096) CHECK(zeroed[i] == 0);
+  }
+  std::free(zeroed);
   for (void* p : blocks) std::free(p);
   return 0;
 }
