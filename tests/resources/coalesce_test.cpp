@@ -18,20 +18,17 @@
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
+#include "support/mapped_pages.hpp"
 
 namespace sdalloc {
 namespace {
+
+using test::is_unmapped;
 
 constexpr std::size_t kPage = HostResource::kPageSize;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 unsigned char* bytes_of(void* ptr) { return static_cast<unsigned char*>(ptr); }
-
-// True when no page of [ptr, ptr + bytes) is mapped any more (mincore fails with ENOMEM).
-bool is_unmapped(void* ptr, std::size_t bytes) {
-  std::vector<unsigned char> residency(bytes / kPage + 1);
-  return ::mincore(ptr, bytes, residency.data()) != 0 && errno == ENOMEM;
-}
 
 // Pages of [ptr, ptr + bytes) that are resident now.
 std::size_t resident_pages(void* ptr, std::size_t bytes) {

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -26,12 +25,14 @@
 #include "sdalloc/resources/stats_resource.hpp"
 #include "sdalloc/resources/trace_resource.hpp"
 #include "sdalloc/trace/event_trace.hpp"
+#include "support/mapped_pages.hpp"
 #include "support/test_support.hpp"
 
 namespace sdalloc {
 namespace {
 
 using test::Contains;
+using test::is_unmapped;
 using test::TempDir;
 
 // Passes when `part` occurs in `text`; the failure message shows both.
@@ -41,12 +42,6 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kGiB = std::size_t{1} << 30;
 
 std::uintptr_t address(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr); }
-
-// True when no page of [ptr, ptr + bytes) is mapped any more (mincore fails with ENOMEM).
-bool is_unmapped(void* ptr, std::size_t bytes) {
-  std::vector<unsigned char> residency(bytes / HostResource::kPageSize + 1);
-  return ::mincore(ptr, bytes, residency.data()) != 0 && errno == ENOMEM;
-}
 
 // An upstream that refuses every request, to see what an adaptor does when its upstream
 // throws.
