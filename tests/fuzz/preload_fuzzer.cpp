@@ -133,25 +133,40 @@ class Harness {
   // beyond every pool (the capacity, 2^48, SIZE_MAX).
   std::size_t size() {
     switch (in_.ConsumeIntegralInRange(0, 9)) {
-      case 0: return 0;
-      case 1: return in_.ConsumeIntegralInRange<std::size_t>(1, threshold_ - 1);
-      case 2: return threshold_ + in_.ConsumeIntegralInRange<std::size_t>(0, 64);
-      case 3: return threshold_ - in_.ConsumeIntegralInRange<std::size_t>(1, 64);
-      case 4: return in_.ConsumeIntegralInRange<std::size_t>(threshold_, 4 * threshold_);
-      case 5: return in_.ConsumeIntegralInRange<std::size_t>(threshold_, 64 * threshold_);
-      case 6: return in_.ConsumeIntegralInRange<std::size_t>(std::size_t{1} << 20, std::size_t{4} << 20);
-      case 7: return (std::size_t{1} << 48) + in_.ConsumeIntegral<std::uint16_t>();
-      case 8: return SIZE_MAX - in_.ConsumeIntegral<std::uint16_t>();
-      default: return in_.ConsumeIntegralInRange<std::size_t>(0, std::size_t{1} << 20);
+      case 0:
+        return 0;
+      case 1:
+        return in_.ConsumeIntegralInRange<std::size_t>(1, threshold_ - 1);
+      case 2:
+        return threshold_ + in_.ConsumeIntegralInRange<std::size_t>(0, 64);
+      case 3:
+        return threshold_ - in_.ConsumeIntegralInRange<std::size_t>(1, 64);
+      case 4:
+        return in_.ConsumeIntegralInRange<std::size_t>(threshold_, 4 * threshold_);
+      case 5:
+        return in_.ConsumeIntegralInRange<std::size_t>(threshold_, 64 * threshold_);
+      case 6:
+        return in_.ConsumeIntegralInRange<std::size_t>(std::size_t{1} << 20, std::size_t{4} << 20);
+      case 7:
+        return (std::size_t{1} << 48) + in_.ConsumeIntegral<std::uint16_t>();
+      case 8:
+        return SIZE_MAX - in_.ConsumeIntegral<std::uint16_t>();
+      default:
+        return in_.ConsumeIntegralInRange<std::size_t>(0, std::size_t{1} << 20);
     }
   }
   std::size_t alignment() {
     switch (in_.ConsumeIntegralInRange(0, 4)) {
-      case 0: return std::size_t{1} << in_.ConsumeIntegralInRange(0, 24);
-      case 1: return std::size_t{1} << in_.ConsumeIntegralInRange(25, 63);
-      case 2: return 0;
-      case 3: return in_.ConsumeIntegralInRange<std::size_t>(1, 1 << 20);  // often not 2^k
-      default: return SIZE_MAX - in_.ConsumeIntegral<std::uint8_t>();
+      case 0:
+        return std::size_t{1} << in_.ConsumeIntegralInRange(0, 24);
+      case 1:
+        return std::size_t{1} << in_.ConsumeIntegralInRange(25, 63);
+      case 2:
+        return 0;
+      case 3:
+        return in_.ConsumeIntegralInRange<std::size_t>(1, 1 << 20);  // often not 2^k
+      default:
+        return SIZE_MAX - in_.ConsumeIntegral<std::uint8_t>();
     }
   }
   // A live block's address, or 0 when there is none.
@@ -208,7 +223,10 @@ class Harness {
     switch (in_.ConsumeIntegralInRange(0, 12)) {
       case 0: {
         const std::size_t n = size();
-        if (void* p = std::malloc(n); p != nullptr) added(p, n, 16); else failed("malloc", n);
+        if (void* p = std::malloc(n); p != nullptr)
+          added(p, n, 16);
+        else
+          failed("malloc", n);
         break;
       }
       case 1: {
@@ -227,7 +245,9 @@ class Harness {
         break;
       }
       case 2:
-      case 3: realloc_one(in_.ConsumeBool()); break;
+      case 3:
+        realloc_one(in_.ConsumeBool());
+        break;
       case 4:
       case 5: {
         const std::uintptr_t address = pick();
@@ -250,7 +270,10 @@ class Harness {
         static void* (*const volatile aligned_alloc_call)(std::size_t, std::size_t) =
             std::aligned_alloc;
         void* p = in_.ConsumeBool() ? memalign_call(align, n) : aligned_alloc_call(align, n);
-        if (p != nullptr) added(p, n, effective(align)); else failed("memalign", n);
+        if (p != nullptr)
+          added(p, n, effective(align));
+        else
+          failed("memalign", n);
         break;
       }
       case 7: {
@@ -260,7 +283,8 @@ class Harness {
         const int rc = posix_memalign(&p, align, n);
         const bool valid = align != 0 && (align & (align - 1)) == 0 && align % sizeof(void*) == 0;
         if (!valid) {
-          require(rc == EINVAL && p == &next_tag_, "posix_memalign accepted a bad alignment", align);
+          require(rc == EINVAL && p == &next_tag_, "posix_memalign accepted a bad alignment",
+                  align);
         } else if (rc == 0) {
           added(p, n, align);
         } else {
@@ -306,7 +330,9 @@ class Harness {
         if (rc == 0) in_step_ = false;
         break;
       }
-      default: check_all(); break;
+      default:
+        check_all();
+        break;
     }
   }
 
@@ -345,7 +371,8 @@ class Harness {
     if (p == nullptr) {
       failed("realloc", n);
       if (address != 0) {
-        require(holds(old, block.size, block.size, block.tag), "a refused realloc changed the block");
+        require(holds(old, block.size, block.size, block.tag),
+                "a refused realloc changed the block");
       }
       return;
     }
