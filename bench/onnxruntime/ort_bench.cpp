@@ -93,7 +93,9 @@ struct Args {
   std::string models, model, config;
   int runs = 10;
   int threads = 1;
-  std::size_t segment_kib = 2048;  // sdalloc-pool's segment granularity (CachingPoolOptions)
+  // The segment granularity and smallest segment of sdalloc-pool's CachingPool and of
+  // sdalloc-planned's fallback pool (CachingPoolOptions; 2 MiB, the default, for both).
+  std::size_t segment_kib = 2048;
 };
 
 Args parse(int argc, char** argv) {
@@ -177,6 +179,8 @@ int run(const Args& args) {
     if (c == "sdalloc-planned") {
       sdalloc::PlannedArenaOptions options;
       options.prefault_host_arena = true;  // page faults in end_step(), not in the runs
+      options.fallback.segment_granularity = args.segment_kib << 10;
+      options.fallback.min_segment_size = args.segment_kib << 10;
       pool = std::make_shared<sdalloc::PoolOf<sdalloc::PlannedArena>>(host, options);
     }
     allocator = std::make_unique<so::OrtPoolAllocator>(pool);
