@@ -16,7 +16,8 @@
 #   ubsan-preload  the CPU drop-in and its stress test built with UBSan alone (preset
 #             "ubsan"), the stress test run with the drop-in preloaded in every mode (ASan
 #             and TSan replace malloc themselves, so only UBSan can watch the drop-in work)
-#   fuzz      scripts/fuzz.sh --seconds 15: builds the libFuzzer targets (preset "fuzz", clang)
+#   fuzz      scripts/fuzz.sh --seconds 15: builds the libFuzzer targets (presets "fuzz" and
+#             "fuzz-preload", clang)
 #             and runs each 15 s (SDALLOC_FUZZ_SECONDS); a finding fails the stage
 # tidy and install need only the release build and are quick, so they run before the long
 # sanitizer builds: their failures show within minutes.
