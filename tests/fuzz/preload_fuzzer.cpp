@@ -39,6 +39,7 @@
 #include <iterator>
 #include <map>
 
+#include "core/bits.hpp"
 #include "preload/inside_sdalloc.hpp"
 #include "preload/preload_runtime.hpp"
 #include "sdalloc/preload.h"
@@ -88,6 +89,10 @@ bool holds(const void* ptr, std::size_t size, std::size_t filled, std::uint8_t t
     if (bytes[i] != mark(tag, i)) return false;
   }
   return size != filled || bytes[size - 1] == static_cast<std::uint8_t>(tag ^ 0x5a);
+}
+// Whether a live block still holds all of its tags.
+bool intact(std::uintptr_t address, const Block& block) {
+  return holds(reinterpret_cast<const void*>(address), block.size, block.size, block.tag);
 }
 
 // The calls a step may hold before the harness ends it.
@@ -187,18 +192,18 @@ class Harness {
     require(malloc_usable_size(ptr) >= size, "usable size below the request", size);
     require(size >= threshold_ || sdalloc_preload_owns(ptr) == 0,
             "the pool served a request below the threshold", size);
+    require_disjoint(address, size);
     if (size > kKeptLimit) {
-      overlap_free(address, size);
       std::free(ptr);
       return;
     }
     if (zeroed) require(zero(ptr, size), "calloc's block is not zero", address, size);
-    overlap_free(address, size);
     const auto tag = static_cast<std::uint8_t>(next_tag_++);
     fill(ptr, size, tag);
     live_[address] = Block{size, tag};
   }
-  void overlap_free(std::uintptr_t address, std::size_t size) {
+  // [address, address + size) overlaps no live block (a zero-size block counts as 1 byte).
+  void require_disjoint(std::uintptr_t address, std::size_t size) {
     auto next = live_.lower_bound(address);
     require(next == live_.end() || next->first >= address + (size == 0 ? 1 : size),
             "overlaps the next live block", address, size);
@@ -252,9 +257,7 @@ class Harness {
       case 5: {
         const std::uintptr_t address = pick();
         if (address == 0) break;
-        const Block block = live_[address];
-        require(holds(reinterpret_cast<void*>(address), block.size, block.size, block.tag),
-                "a block lost its tags before its free", address);
+        require(intact(address, live_[address]), "a block lost its tags before its free", address);
         live_.erase(address);
         errno = 4321;
         std::free(reinterpret_cast<void*>(address));
@@ -281,7 +284,7 @@ class Harness {
         const std::size_t n = size();
         void* p = &next_tag_;  // a sentinel: a refused call leaves it
         const int rc = posix_memalign(&p, align, n);
-        const bool valid = align != 0 && (align & (align - 1)) == 0 && align % sizeof(void*) == 0;
+        const bool valid = sdalloc::is_power_of_two(align) && align % sizeof(void*) == 0;
         if (!valid) {
           require(rc == EINVAL && p == &next_tag_, "posix_memalign accepted a bad alignment",
                   align);
@@ -299,7 +302,7 @@ class Harness {
         if (p != nullptr) {
           // pvalloc's request is the size rounded up to whole pages (which may cross the
           // threshold); it succeeded, so the rounding did not overflow.
-          added(p, page_rounded ? (n == 0 ? 4096 : (n + 4095) / 4096 * 4096) : n, 4096);
+          added(p, page_rounded ? (n == 0 ? 4096 : sdalloc::round_up(n, 4096)) : n, 4096);
         } else {
           failed("valloc", n);
         }
@@ -341,7 +344,7 @@ class Harness {
   // that only a failure is possible).
   static std::size_t effective(std::size_t align) {
     if (align <= 1) return 1;
-    if (align > (std::size_t{1} << 62)) return (align & (align - 1)) == 0 ? align : 0;
+    if (align > (std::size_t{1} << 62)) return sdalloc::is_power_of_two(align) ? align : 0;
     return std::size_t{1} << (64 - __builtin_clzll(align - 1));
   }
 
@@ -371,13 +374,12 @@ class Harness {
     if (p == nullptr) {
       failed("realloc", n);
       if (address != 0) {
-        require(holds(old, block.size, block.size, block.tag),
-                "a refused realloc changed the block");
+        require(intact(address, block), "a refused realloc changed the block");
       }
       return;
     }
     if (address != 0) {
-      const std::size_t kept = block.size < n ? block.size : n;
+      const std::size_t kept = std::min(block.size, n);
       require(holds(p, kept, block.size, block.tag), "realloc lost the contents", kept);
       live_.erase(address);
     }
@@ -386,8 +388,7 @@ class Harness {
 
   void check_all() {
     for (const auto& [address, block] : live_) {
-      require(holds(reinterpret_cast<void*>(address), block.size, block.size, block.tag),
-              "a live block lost its tags", address, block.size);
+      require(intact(address, block), "a live block lost its tags", address, block.size);
     }
     // The pool's own books, read the way the entry points call into it: with this thread
     // inside sdalloc, so what check_invariants allocates goes to glibc.
