@@ -69,6 +69,20 @@ class FreeBlockIndex {
     return succ;
   }
 
+  // The block before `block` in (size, addr) order, or nullptr. O(log n).
+  Block* predecessor(const Block* block) const {
+    Block* pred = nullptr;
+    for (Block* node = root_; node != nullptr;) {
+      if (less(node->size, node->addr, block->size, block->addr)) {
+        pred = node;
+        node = node->right;
+      } else {
+        node = node->left;
+      }
+    }
+    return pred;
+  }
+
   Block* largest() const {
     Block* node = root_;
     while (node != nullptr && node->right != nullptr) node = node->right;

@@ -2,7 +2,8 @@
 //
 // The pool relies on three properties, checked here apart from the pool: best_fit(n) is the
 // smallest block of at least n bytes, lowest address among equals; successor() walks the
-// blocks in (size, addr) order (the pool scans best_fit, successor, ... for a usable block);
+// blocks in (size, addr) order (the pool scans best_fit, successor, ... for a usable block),
+// predecessor() the other way (largest, predecessor, ...: the pages a VirtualMemoryPool moves);
 // and the tree stays a valid treap (search order on the key, heap order on the priority)
 // through every insert and erase, so its depth stays logarithmic. check_treap() verifies the
 // structure through the intrusive links in Block after each step.
@@ -255,6 +256,43 @@ TEST(FreeBlockIndex, SuccessorOfAnAbsentKeyIsTheNextIndexedKey) {
   EXPECT_EQ(index.successor(&probe), c);
   probe.size = 8 * kUnit;
   EXPECT_EQ(index.successor(&probe), nullptr);
+}
+
+// predecessor (VirtualMemoryPool walks largest, predecessor, ... for pages to move)
+
+TEST(FreeBlockIndex, PredecessorWalksFromTheLargestBlockDown) {
+  Blocks blocks;
+  FreeBlockIndex index;
+  std::set<Key> expected;
+  for (std::uintptr_t a : {7u, 3u, 9u, 1u}) {
+    for (std::size_t s : {2u, 1u, 6u}) {
+      const std::uintptr_t addr = (a * 16 + s) * kUnit;
+      index.insert(blocks.make(s * kUnit, addr));
+      expected.emplace(s * kUnit, addr);
+    }
+  }
+  std::vector<Key> walked;
+  for (Block* b = index.largest(); b != nullptr; b = index.predecessor(b)) {
+    walked.emplace_back(b->size, b->addr);
+  }
+  EXPECT_EQ(walked, std::vector<Key>(expected.rbegin(), expected.rend()));
+}
+
+TEST(FreeBlockIndex, PredecessorOfAnAbsentKeyIsTheIndexedKeyBefore) {
+  Blocks blocks;
+  FreeBlockIndex index;
+  Block* a = blocks.make(2 * kUnit, 100 * kUnit);
+  Block* b = blocks.make(2 * kUnit, 300 * kUnit);
+  Block* c = blocks.make(4 * kUnit, 50 * kUnit);
+  for (Block* x : {a, b, c}) index.insert(x);
+  Block probe;
+  probe.size = 2 * kUnit;
+  probe.addr = 200 * kUnit;  // between a and b
+  EXPECT_EQ(index.predecessor(&probe), a);
+  probe.size = 3 * kUnit;  // between the sizes
+  EXPECT_EQ(index.predecessor(&probe), b);
+  probe.size = kUnit;
+  EXPECT_EQ(index.predecessor(&probe), nullptr);
 }
 
 // ---------------------------------------------------------------------------------------
