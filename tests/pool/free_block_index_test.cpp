@@ -223,17 +223,23 @@ TEST(FreeBlockIndex, LargestIsTheBiggestBlockAtTheHighestAddress) {
 // ---------------------------------------------------------------------------------------
 // successor
 
-TEST(FreeBlockIndex, SuccessorWalksBlocksInSizeThenAddressOrder) {
-  Blocks blocks;
-  FreeBlockIndex index;
-  std::set<Key> expected;
+// Twelve blocks of three sizes at four places, inserted out of order; answers their keys.
+std::set<Key> insert_grid(Blocks& blocks, FreeBlockIndex& index) {
+  std::set<Key> keys;
   for (std::uintptr_t a : {7u, 3u, 9u, 1u}) {
     for (std::size_t s : {2u, 1u, 6u}) {
       const std::uintptr_t addr = (a * 16 + s) * kUnit;
       index.insert(blocks.make(s * kUnit, addr));
-      expected.emplace(s * kUnit, addr);
+      keys.emplace(s * kUnit, addr);
     }
   }
+  return keys;
+}
+
+TEST(FreeBlockIndex, SuccessorWalksBlocksInSizeThenAddressOrder) {
+  Blocks blocks;
+  FreeBlockIndex index;
+  const std::set<Key> expected = insert_grid(blocks, index);
   std::vector<Key> walked;
   for (Block* b = index.best_fit(0); b != nullptr; b = index.successor(b)) {
     walked.emplace_back(b->size, b->addr);
@@ -263,14 +269,7 @@ TEST(FreeBlockIndex, SuccessorOfAnAbsentKeyIsTheNextIndexedKey) {
 TEST(FreeBlockIndex, PredecessorWalksFromTheLargestBlockDown) {
   Blocks blocks;
   FreeBlockIndex index;
-  std::set<Key> expected;
-  for (std::uintptr_t a : {7u, 3u, 9u, 1u}) {
-    for (std::size_t s : {2u, 1u, 6u}) {
-      const std::uintptr_t addr = (a * 16 + s) * kUnit;
-      index.insert(blocks.make(s * kUnit, addr));
-      expected.emplace(s * kUnit, addr);
-    }
-  }
+  const std::set<Key> expected = insert_grid(blocks, index);
   std::vector<Key> walked;
   for (Block* b = index.largest(); b != nullptr; b = index.predecessor(b)) {
     walked.emplace_back(b->size, b->addr);
