@@ -247,7 +247,7 @@ TEST(FreeBlockIndex, SuccessorWalksBlocksInSizeThenAddressOrder) {
   EXPECT_EQ(walked, std::vector<Key>(expected.begin(), expected.end()));
 }
 
-TEST(FreeBlockIndex, SuccessorOfAnAbsentKeyIsTheNextIndexedKey) {
+TEST(FreeBlockIndex, NeighboursOfAnAbsentKeyAreTheIndexedKeysAroundIt) {
   Blocks blocks;
   FreeBlockIndex index;
   Block* a = blocks.make(2 * kUnit, 100 * kUnit);
@@ -262,6 +262,14 @@ TEST(FreeBlockIndex, SuccessorOfAnAbsentKeyIsTheNextIndexedKey) {
   EXPECT_EQ(index.successor(&probe), c);
   probe.size = 8 * kUnit;
   EXPECT_EQ(index.successor(&probe), nullptr);
+  // and the other way
+  probe.size = 2 * kUnit;
+  probe.addr = 200 * kUnit;
+  EXPECT_EQ(index.predecessor(&probe), a);
+  probe.size = 3 * kUnit;  // between the sizes
+  EXPECT_EQ(index.predecessor(&probe), b);
+  probe.size = kUnit;
+  EXPECT_EQ(index.predecessor(&probe), nullptr);
 }
 
 // predecessor (VirtualMemoryPool walks largest, predecessor, ... for pages to move)
@@ -275,23 +283,6 @@ TEST(FreeBlockIndex, PredecessorWalksFromTheLargestBlockDown) {
     walked.emplace_back(b->size, b->addr);
   }
   EXPECT_EQ(walked, std::vector<Key>(expected.rbegin(), expected.rend()));
-}
-
-TEST(FreeBlockIndex, PredecessorOfAnAbsentKeyIsTheIndexedKeyBefore) {
-  Blocks blocks;
-  FreeBlockIndex index;
-  Block* a = blocks.make(2 * kUnit, 100 * kUnit);
-  Block* b = blocks.make(2 * kUnit, 300 * kUnit);
-  Block* c = blocks.make(4 * kUnit, 50 * kUnit);
-  for (Block* x : {a, b, c}) index.insert(x);
-  Block probe;
-  probe.size = 2 * kUnit;
-  probe.addr = 200 * kUnit;  // between a and b
-  EXPECT_EQ(index.predecessor(&probe), a);
-  probe.size = 3 * kUnit;  // between the sizes
-  EXPECT_EQ(index.predecessor(&probe), b);
-  probe.size = kUnit;
-  EXPECT_EQ(index.predecessor(&probe), nullptr);
 }
 
 // ---------------------------------------------------------------------------------------
