@@ -163,6 +163,31 @@ TEST(VirtualMemoryPoolLimits, F4RequestAboveTheCapFailsWithoutCreatingAChunk) {
   pool.free(fits);
 }
 
+// The refusal counts a block's unmapped pages exactly, both the pages its range's page
+// table knows (mapped or not) and those past it, which it counts without visiting them.
+TEST(VirtualMemoryPoolLimits, F4RefusalCountsMappedAndNeverMappedPages) {
+  HostVirtualMemory memory;
+  VirtualMemoryPool pool(memory, {.max_physical_bytes = 4 * kMiB, .range_size = 64 * kMiB});
+  void* warm = pool.allocate(2 * kMiB);  // 32 pages mapped at the start of the range
+  pool.free(warm);
+  try {  // pages 0..959: 32 mapped, 928 never mapped
+    (void)pool.allocate(60 * kMiB);
+    ADD_FAILURE() << "60 MiB under a 4 MiB cap";
+  } catch (const OutOfMemory& e) {
+    EXPECT_TRUE(Contains(e.what(), "928 more pages of 65536 B")) << e.what();
+  }
+  void* kept = pool.allocate(2 * kMiB);
+  try {  // pages 32..991, all past the page table
+    (void)pool.allocate(60 * kMiB);
+    ADD_FAILURE() << "60 MiB under a 4 MiB cap";
+  } catch (const OutOfMemory& e) {
+    EXPECT_TRUE(Contains(e.what(), "960 more pages of 65536 B")) << e.what();
+  }
+  EXPECT_EQ(pool.vm_stats().creates, 2 * kMiB / kPage) << "no chunk created for the requests";
+  EXPECT_NO_THROW(pool.check_invariants());
+  pool.free(kept);
+}
+
 TEST(VirtualMemoryPoolLimits, F4HostCeilingIsTheLimitOrTheMachine) {
   HostVirtualMemory unlimited;
   EXPECT_EQ(unlimited.physical_capacity(), 0u) << "no fixed limit";

@@ -36,8 +36,11 @@ bool VirtualMemoryPool::Impl::back_pages(PoolShard& shard, Block* block, Level l
   const std::size_t page_size = range.page_size;
   const std::size_t first = range.first_page(block->addr);
   const std::size_t end = range.end_page(block->end());
-  std::size_t missing = 0;
-  for (std::size_t p = first; p < end; ++p) missing += range.is_mapped(p) ? 0 : 1;
+  // Pages past the range's page table were never mapped: counted, not visited (a request
+  // near the range's size would otherwise walk a million pages only to be refused).
+  const std::size_t table_end = range.mapped_scan_end(end);
+  std::size_t missing = end - std::min(end, std::max(first, table_end));
+  for (std::size_t p = first; p < table_end; ++p) missing += range.is_mapped(p) ? 0 : 1;
   if (missing == 0) return true;
   if (const std::size_t ceiling = physical_ceiling();
       ceiling != 0 && missing > ceiling / page_size) {
