@@ -154,6 +154,8 @@ OutOfMemoryInfo info_of(std::size_t requested, std::size_t held, std::size_t cap
 RangeResource::RangeResource(ReservedRange& range, std::size_t capacity)
     : range_(range), capacity_(capacity) {}
 
+std::size_t RangeResource::page_size() const { return kPage; }
+
 std::string RangeResource::name() const {
   return "preload-range(" + format_size(range_.size()) + ")";
 }

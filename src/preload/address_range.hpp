@@ -97,6 +97,7 @@ class RangeResource final : public MemoryResource {
   std::size_t capacity() const override { return capacity_; }
   std::string name() const override;
   bool can_coalesce() const override { return true; }
+  std::size_t page_size() const override;  // the 4 KiB pages it carves and commits
   std::size_t held() const { return held_.load(std::memory_order_relaxed); }
 
  private:

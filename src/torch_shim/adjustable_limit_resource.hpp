@@ -36,6 +36,7 @@ class AdjustableLimitResource final : public MemoryResource {
     const std::size_t limit = cap();
     return limit != 0 ? limit : upstream_.capacity();
   }
+  std::size_t page_size() const override { return upstream_.page_size(); }
   std::string name() const override {
     const std::size_t limit = cap();
     return limit == 0 ? upstream_.name()

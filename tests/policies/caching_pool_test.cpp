@@ -187,6 +187,49 @@ TEST_F(CachingPoolTest, HugeBlockIsReusedOnlyByCloseSizes) {
   pool.free(far);
 }
 
+// On host memory (page_size() 4 KiB) a huge request's own segment rounds to 1/16 of it, not
+// to the 2 MiB granularity: a 9 MiB request held 10 MiB before. Where the resource does not
+// say its page size (CUDA's driver rounds to 2 MiB whatever is asked), the granularity stays.
+class UnsizedResource final : public MemoryResource {
+ public:
+  explicit UnsizedResource(MemoryResource& upstream) : upstream_(upstream) {}
+  std::string name() const override { return "unsized(" + upstream_.name() + ")"; }
+
+ private:
+  void* do_allocate(std::size_t bytes, Stream stream) override {
+    return upstream_.allocate(bytes, stream);
+  }
+  void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override {
+    upstream_.deallocate(ptr, bytes, stream);
+  }
+  MemoryResource& upstream_;
+};
+
+TEST_F(CachingPoolTest, HugeSegmentOnHostMemoryRoundsToASixteenthOfTheRequest) {
+  CachingPoolOptions options = large_pool_options();
+  options.huge_threshold = 8 * MiB;
+  options.release_cached_before_growth = false;
+  ASSERT_EQ(upstream_.page_size(), 4 * KiB);
+  CachingPool pool(upstream_, options);
+  void* a = pool.allocate(9 * MiB + 1);  // 8 MiB / 16 = 512 KiB steps
+  EXPECT_EQ(pool.stats().reserved_bytes, 9 * MiB + 512 * KiB);
+  void* b = pool.allocate(40 * MiB + 1);  // 32 MiB / 16 = 2 MiB: the granularity again
+  EXPECT_EQ(pool.stats().reserved_bytes, (9 * MiB + 512 * KiB) + 42 * MiB);
+  pool.free(a);
+  void* c = pool.allocate(9 * MiB + 256 * KiB);  // a slightly larger one fits a's segment
+  EXPECT_EQ(c, a);
+  EXPECT_EQ(pool.stats().segments, 2u);
+  pool.free(b);
+  pool.free(c);
+  pool.check_invariants();
+
+  UnsizedResource unsized(host_);
+  CachingPool device_like(unsized, options);
+  void* d = device_like.allocate(9 * MiB + 1);
+  EXPECT_EQ(device_like.stats().reserved_bytes, 10 * MiB);
+  device_like.free(d);
+}
+
 TEST_F(CachingPoolTest, TrimReturnsWholeFreeSegments) {
   CachingPool pool(upstream_, large_pool_options());
   void* a = pool.allocate(3 * MiB);

@@ -146,6 +146,21 @@ TEST(HostResourceTest, ImpossibleRequestThrowsOutOfMemoryWithErrnoText) {
   EXPECT_THROW(host.allocate(std::numeric_limits<std::size_t>::max()), OutOfMemory);
 }
 
+TEST(HostResourceTest, PageSizeIsTheUnitItMapsAndAdaptorsForwardIt) {
+  HostResource host;
+  EXPECT_EQ(host.page_size(), 4 * kKiB);
+  EXPECT_EQ(HostResource(HostResourceOptions{.transparent_huge_pages = true}).page_size(),
+            2 * kMiB);
+  LimitResource limit(host, kGiB);
+  StatsResource stats(limit);
+  std::ostringstream out;
+  TraceResource trace(stats, out);
+  EXPECT_EQ(limit.page_size(), 4 * kKiB);
+  EXPECT_EQ(stats.page_size(), 4 * kKiB);
+  EXPECT_EQ(trace.page_size(), 4 * kKiB);
+  EXPECT_EQ(RefusingResource().page_size(), 0u) << "unknown unless a resource says";
+}
+
 TEST(HostResourceTest, NameSaysWhetherHugePagesAreUsed) {
   EXPECT_EQ(HostResource().name(), "host");
   EXPECT_EQ(HostResource(HostResourceOptions{.transparent_huge_pages = true}).name(), "host(thp)");

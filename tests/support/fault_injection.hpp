@@ -154,6 +154,7 @@ class FaultInjectingResource final : public MemoryResource {
       : upstream_(upstream), plan_(plan) {}
 
   std::size_t capacity() const override { return upstream_.capacity(); }
+  std::size_t page_size() const override { return upstream_.page_size(); }
   std::string name() const override { return "faulty(" + upstream_.name() + ")"; }
 
  private:

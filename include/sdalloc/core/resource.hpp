@@ -27,6 +27,8 @@
 // the returned ranges' pages into the new range (mremap), so the pages the pool's work has
 // already faulted in are not faulted in again. Adaptors forward both; every other resource
 // keeps the default, which is exactly deallocate for each range and then allocate.
+//
+// Beside them, three questions a pool may ask: can_coalesce(), capacity() and page_size().
 #pragma once
 
 #include <cstddef>
@@ -71,6 +73,12 @@ class MemoryResource {
   // calls), and its returns cannot fail; callers use the two functions otherwise.
   virtual bool can_coalesce() const { return false; }
 
+  // The unit this resource maps its memory in, where nothing coarser is handed out (host
+  // memory: its 4 KiB page, or 2 MiB with transparent huge pages), or 0 when unknown or
+  // coarser than a caller should assume (CUDA rounds to 2 MiB inside the driver). A pool
+  // that sizes a segment for one request rounds it to this instead of its own granularity:
+  // CachingPool's huge segments (policies/caching_pool.hpp). Adaptors forward it.
+  virtual std::size_t page_size() const { return 0; }
   // Most bytes this resource can ever hand out at once, or 0 when it has no fixed limit.
   // LimitResource reports its cap; a device resource its device memory.
   virtual std::size_t capacity() const { return 0; }

@@ -20,9 +20,14 @@
 //    they cost 1.2-1.7 x live; docs/caching_pool.md has the sweep.)
 //  - Growth: a miss takes a new segment of max(round_up(request, segment_granularity),
 //    min_segment_size) bytes (round_up(request, small_granularity) while the pool is below
-//    small_pool_limit). If that would raise reserved bytes above their previous peak,
-//    wholly free segments are first returned to the resource (release_cached_before_growth):
-//    the pool's footprint follows what is live instead of what was cached.
+//    small_pool_limit). A huge request's own segment rounds to 1/16 of the request instead
+//    (the power of two at or below it, over 16; at least the resource's page_size(), at
+//    most the granularity) where the upstream maps pages finer than the granularity (host
+//    memory): 2 MiB steps held up to 25 % beyond a request just over 8 MiB, and a resource
+//    that does not say its page size (CUDA) keeps the granularity. If a new segment would
+//    raise reserved bytes above their previous peak, wholly free segments are first
+//    returned to the resource (release_cached_before_growth): the pool's footprint follows
+//    what is live instead of what was cached.
 //  - Consolidation: separate segments never merge, so a pool that releases before growing
 //    would release and re-take the same memory in every iteration of a loop. When a
 //    stream that did so ends the work that churned while it holds two or more segments,

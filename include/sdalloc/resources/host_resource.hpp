@@ -32,6 +32,9 @@ class HostResource final : public MemoryResource {
 
   std::string name() const override;
   bool can_coalesce() const override { return true; }
+  std::size_t page_size() const override {
+    return options_.transparent_huge_pages ? kHugePageSize : kPageSize;
+  }
   const HostResourceOptions& options() const { return options_; }
 
   static constexpr std::size_t kPageSize = 4096;

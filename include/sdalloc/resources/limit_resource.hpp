@@ -28,6 +28,7 @@ class LimitResource final : public MemoryResource {
   std::size_t capacity() const override { return cap_.limit(); }
   std::string name() const override;
   bool can_coalesce() const override { return upstream_.can_coalesce(); }
+  std::size_t page_size() const override { return upstream_.page_size(); }
 
   std::size_t used() const { return cap_.used(); }
   std::size_t available() const { return capacity() - used(); }

@@ -39,6 +39,7 @@ class StatsResource final : public MemoryResource {
   std::size_t capacity() const override { return upstream_.capacity(); }
   std::string name() const override;
   bool can_coalesce() const override { return upstream_.can_coalesce(); }
+  std::size_t page_size() const override { return upstream_.page_size(); }
   MemoryResource& upstream() const { return upstream_; }
 
  private:

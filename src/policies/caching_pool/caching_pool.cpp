@@ -51,6 +51,7 @@ CachingPool::Impl::Impl(MemoryResource& up, CachingPoolOptions opts)
     : StreamOrderedCore(opts.stream_events != nullptr ? *opts.stream_events
                                                       : HostStreamEvents::instance()),
       upstream(up),
+      upstream_page(up.page_size()),
       options(opts) {
   options.validate();
 }

@@ -60,6 +60,15 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
     }
     return options.segment_granularity;
   }
+  // What a huge request's own segment rounds to: 1/16 of the request (its highest power of
+  // two over 16) where the upstream maps finer pages than `grain` (host memory), so the
+  // segment holds at most 1/16 beyond it and a slightly larger request of its kind still
+  // fits; `grain` where the upstream does not say (CUDA rounds to 2 MiB anyway).
+  std::size_t huge_grain(std::size_t needed, std::size_t grain) const {
+    if (upstream_page == 0 || upstream_page >= grain) return grain;
+    const std::size_t sixteenth = (std::size_t{1} << (63 - __builtin_clzll(needed))) / 16;
+    return std::min(grain, std::max(upstream_page, sixteenth));
+  }
   // One more try at the shard's cache, under its lock: the slow path's steps each end so.
   static void* allocate_in(PoolShard& shard, const Fit& fit, std::size_t bytes);
   void* allocate_slow(PoolShard& shard, const Fit& fit, std::size_t bytes);
@@ -147,6 +156,7 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   PoolLayout layout() const;
 
   MemoryResource& upstream;
+  const std::size_t upstream_page;  // upstream.page_size(), asked once
   CachingPoolOptions options;
   mutable detail::PoolCounters counters;
 };

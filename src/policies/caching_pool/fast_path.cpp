@@ -98,7 +98,8 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   // 2. A wholly free segment cached by another, idle stream.
   if (void* ptr = allocate_from_other_shards(shard, fit, bytes, /*wait=*/false)) return ptr;
   // 3. A new segment from the resource.
-  const std::size_t grain = segment_grain(counters.reserved_bytes.peak() + fit.needed);
+  std::size_t grain = segment_grain(counters.reserved_bytes.peak() + fit.needed);
+  if (fit.huge) grain = huge_grain(fit.needed, grain);
   std::size_t segment_size = round_up(fit.needed, grain);
   const bool huge = fit.huge && segment_size >= options.min_segment_size;
   if (grain == options.segment_granularity) {
