@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -66,7 +67,7 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // fits; `grain` where the upstream does not say (CUDA rounds to 2 MiB anyway).
   std::size_t huge_grain(std::size_t needed, std::size_t grain) const {
     if (upstream_page == 0 || upstream_page >= grain) return grain;
-    const std::size_t sixteenth = (std::size_t{1} << (63 - __builtin_clzll(needed))) / 16;
+    const std::size_t sixteenth = std::bit_floor(needed) / 16;
     return std::min(grain, std::max(upstream_page, sixteenth));
   }
   // One more try at the shard's cache, under its lock: the slow path's steps each end so.

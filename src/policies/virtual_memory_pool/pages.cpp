@@ -39,7 +39,7 @@ bool VirtualMemoryPool::Impl::back_pages(PoolShard& shard, Block* block, Level l
   // Pages past the range's page table were never mapped: counted, not visited (a request
   // near the range's size would otherwise walk a million pages only to be refused).
   const std::size_t table_end = range.mapped_scan_end(end);
-  std::size_t missing = end - std::min(end, std::max(first, table_end));
+  std::size_t missing = end - std::max(first, table_end);  // table_end <= end
   for (std::size_t p = first; p < table_end; ++p) missing += range.is_mapped(p) ? 0 : 1;
   if (missing == 0) return true;
   if (const std::size_t ceiling = physical_ceiling();
