@@ -12,8 +12,8 @@
 #                the sum over them, and a finding in any one stops the fuzzer
 #   NAME...      fuzzers to run (default: all): trace interval planner conf c_api pools
 #                preload_pool preload_vmm preload_planned (the drop-in's one target,
-#                fuzz_preload, in each mode: SDALLOC_PRELOAD_CONF=mode:<mode>,threshold:16KiB,
-#                capacity:16MiB, seed corpus tests/fuzz/corpus/preload/)
+#                fuzz_preload, in each mode: SDALLOC_PRELOAD_CONF=mode:<mode>,$preload_conf
+#                below, seed corpus tests/fuzz/corpus/preload/)
 #
 # Each fuzzer starts from its seed corpus, tests/fuzz/corpus/<name>/ (read only), and keeps
 # what it finds new in build/fuzz/corpus/<name>/. A crash, a sanitizer report, a leak, a
@@ -26,6 +26,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 all=(trace interval planner conf c_api pools preload_pool preload_vmm preload_planned)
+# The drop-in's settings while fuzzed (tests/fuzz/CMakeLists.txt says why; keep the two equal).
+preload_conf=threshold:4KiB,capacity:4MiB,granularity:256KiB,min_segment:256KiB,huge_threshold:2MiB,plan_nodes:1000
 seconds=600
 runs=""
 jobs=$(nproc)
@@ -80,7 +82,7 @@ for name in "${names[@]}"; do
   if [[ $name == preload_* ]]; then
     binary=$preload_build/tests/fuzz/fuzz_preload
     seeds=$root/tests/fuzz/corpus/preload
-    conf=(env "SDALLOC_PRELOAD_CONF=mode:${name#preload_},threshold:16KiB,capacity:16MiB")
+    conf=(env "SDALLOC_PRELOAD_CONF=mode:${name#preload_},$preload_conf")
   fi
   corpus=$build/corpus/$name
   mkdir -p "$corpus"

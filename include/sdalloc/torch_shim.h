@@ -54,6 +54,8 @@
  *   replan_after           mode:planned: divergent steps in a row before the step is
  *                          recorded again, at least 1 (default 3)
  *   max_plans              mode:planned: plans kept at once, at least 1 (default 4)
+ *   plan_nodes             mode:planned: search nodes per plan, at least 1: the same plan on
+ *                          every machine (default: not set, only the 1 s time limit)
  * A malformed SDALLOC_CONF makes every allocation fail (nullptr) with a message naming the
  * key, readable with sdalloc_torch_last_error() and printed once to stderr.
  *

@@ -27,7 +27,8 @@ memory_fraction, granularity, min_segment, huge_threshold, small_pool, small_gra
 initial_reservation (ints are bytes; strings like "2MiB" also work), release_before_growth,
 consolidate (bools),
 replan_after (mode "planned": divergent steps in a row before the step is recorded again),
-max_plans (mode "planned": plans kept at once, one per kind of step).
+max_plans (mode "planned": plans kept at once, one per kind of step),
+plan_nodes (mode "planned": search nodes per plan, for the same plan on every machine).
 Keywords not given come from the SDALLOC_CONF environment variable, else the defaults.
 
 mode="planned" serves a repeated step (one denoising iteration) from one planned arena.
@@ -57,8 +58,8 @@ from ._native import SdallocError
 # so a typo fails before the shim is loaded; tests/python/test_sdalloc_torch_shim.py checks
 # that they are the table's keys.
 _CONFIG_KEYS = ("backend", "mode", "capacity", "memory_fraction", "replan_after", "max_plans",
-                "granularity", "min_segment", "huge_threshold", "small_pool", "small_granularity",
-                "initial_reservation", "release_before_growth", "consolidate")
+                "plan_nodes", "granularity", "min_segment", "huge_threshold", "small_pool",
+                "small_granularity", "initial_reservation", "release_before_growth", "consolidate")
 
 _installed = {"allocator": None, "conf": None}
 

@@ -105,7 +105,8 @@ std::string cell(const std::string& text) {
 // =======================================================================================
 // Values
 
-bool is_unset(const OptionValue& value) {
+bool is_unset(const OptionSpec& spec, const OptionValue& value) {
+  if (spec.type == OptionType::kCount) return std::get<std::size_t>(value) == 0;
   if (const auto* fraction = std::get_if<double>(&value)) return !(*fraction > 0.0);
   if (const auto* text = std::get_if<std::string>(&value)) return text->empty();
   return false;

@@ -65,9 +65,9 @@ struct OptionSpec {
   std::vector<EnumName> names;  // kEnum only, in the order messages and docs list them
 };
 
-// A value no text parses to (a fraction <= 0, an empty text) means "not set": format()
-// leaves such a key out, and the docs give its default as "none".
-bool is_unset(const OptionValue& value);
+// A value no text parses to (a count of 0, a fraction <= 0, an empty text) means "not set":
+// format() leaves such a key out, and the docs give its default as "none".
+bool is_unset(const OptionSpec& spec, const OptionValue& value);
 
 // The text -> value step of parse() for one row; throws InvalidArgument saying what is wrong
 // (without the pair, which parse() adds).
@@ -113,6 +113,7 @@ template <class Config, class Field>
 Option<Config> size_option(std::string_view key, std::string_view help, Field field) {
   return detail::bind<Config, std::size_t>({key, OptionType::kSize, help, {}}, field);
 }
+// Its default may be 0: "not set" (is_unset), e.g. "no limit".
 template <class Config, class Field>
 Option<Config> count_option(std::string_view key, std::string_view help, Field field) {
   return detail::bind<Config, std::size_t>({key, OptionType::kCount, help, {}}, field);
@@ -225,7 +226,7 @@ class OptionTable {
     std::string text;
     for (const Option<Config>& row : rows_) {
       const OptionValue value = row.get(config);
-      if (is_unset(value)) continue;
+      if (is_unset(row.spec, value)) continue;
       if (!text.empty()) text += ',';
       text += row.spec.key;
       text += ':';
@@ -243,7 +244,8 @@ class OptionTable {
     std::vector<DocRow> docs;
     for (const Option<Config>& row : rows_) {
       const OptionValue value = row.get(defaults);
-      docs.push_back({&row.spec, is_unset(value) ? std::string() : format_value(row.spec, value)});
+      docs.push_back(
+          {&row.spec, is_unset(row.spec, value) ? std::string() : format_value(row.spec, value)});
     }
     return docs;
   }

@@ -35,6 +35,12 @@ std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes) {
           "`mode:planned`: plans kept at once, one per kind of step (image "
           "size, batch).",
           [](auto& c) -> auto& { return c.max_plans; }),
+      count_option<C>(
+          "plan_nodes",
+          "`mode:planned`: each plan's search stops after this many nodes, as it does at "
+          "its time limit (1 s), so every machine makes the same plan (tests, fuzzers); "
+          "not set: only the time limit.",
+          [](auto& c) -> auto& { return c.plan_nodes; }),
       size_option<C>(
           "granularity",
           "segments are multiples of this (a power of two, at least 4KiB); "

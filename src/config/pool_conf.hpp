@@ -2,9 +2,9 @@
 //
 // A front end (the PyTorch shim, a malloc drop-in) derives its config struct from PoolConf
 // and lifts pool_options() into its own OptionTable, so `mode`, `capacity`, the caching
-// pool's options, `replan_after` and `max_plans` are spelled, typed, checked and documented
-// once. Each front end says which modes it serves (the kMode* names; the shim adds async),
-// and its finish hook calls raise_to_granularity() then, after its own checks,
+// pool's options, `replan_after`, `max_plans` and `plan_nodes` are spelled, typed, checked and
+// documented once. Each front end says which modes it serves (the kMode* names; the shim adds
+// async), and its finish hook calls raise_to_granularity() then, after its own checks,
 // validate_pool_conf().
 #pragma once
 
@@ -25,6 +25,7 @@ struct PoolConf {
   CachingPoolOptions pool;       // granularity, segments, growth policy
   std::size_t replan_after = 3;  // mode:planned: divergent steps in a row before re-recording
   std::size_t max_plans = 4;     // mode:planned: plans kept at once (kinds of step)
+  std::size_t plan_nodes = 0;    // mode:planned: search nodes per plan; 0: only the time limit
 };
 
 // The `mode` names (with their documentation) a front end picks from.
@@ -33,7 +34,7 @@ extern const EnumName kModeVmm;
 extern const EnumName kModePlanned;
 
 // The shared rows, in the order format() writes them: mode (with `modes`, in that order),
-// capacity, replan_after, max_plans, granularity, min_segment, huge_threshold,
+// capacity, replan_after, max_plans, plan_nodes, granularity, min_segment, huge_threshold,
 // initial_reservation, release_before_growth, consolidate.
 std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes);
 

@@ -151,6 +151,7 @@ bool Runtime::build() {
         PlannedArenaOptions options;
         options.replan_after_divergent_steps = config_.replan_after;
         options.max_plans = config_.max_plans;
+        options.planner_max_search_nodes = config_.plan_nodes;
         options.fallback = config_.pool;
         options.prefault_host_arena = true;  // a planned step pays no page faults
         pool_ = std::make_unique<PoolOf<PlannedArena>>(*resource_, options);

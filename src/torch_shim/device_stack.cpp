@@ -85,6 +85,7 @@ std::unique_ptr<sdalloc_pool> finish(const ShimConfig& config, Stack stack,
     PlannedArenaOptions options;
     options.replan_after_divergent_steps = config.replan_after;
     options.max_plans = config.max_plans;
+    options.planner_max_search_nodes = config.plan_nodes;
     options.fallback = config.pool;
     // Host arenas are faulted in when reserved, so a planned step does not pay it.
     options.prefault_host_arena = config.backend == Backend::kHost;

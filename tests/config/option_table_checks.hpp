@@ -18,7 +18,7 @@ void expect_defaults_parse_back(const config::OptionTable<Config>& table) {
   for (const config::Option<Config>& row : table.rows()) {
     SCOPED_TRACE(std::string(row.spec.key));
     const config::OptionValue value = row.get(defaults);
-    if (config::is_unset(value)) {
+    if (config::is_unset(row.spec, value)) {
       // Not set by default: format() leaves it out, and no text can give it.
       EXPECT_EQ(table.format(defaults).find(std::string(row.spec.key) + ":"), std::string::npos);
       continue;

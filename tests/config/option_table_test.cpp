@@ -73,7 +73,8 @@ TEST(OptionTable, ASharedRowAcceptsOnlyTheModesItsFrontEndServes) {
             "TEST_CONF: mode must be pool, vmm or planned, in 'mode:async'");
 }
 
-TEST(OptionTable, FormatWritesEveryKeyInTableOrderAndLeavesOutUnsetText) {
+// plan_nodes (a count of 0) and record (empty text) are not set by default: left out.
+TEST(OptionTable, FormatWritesEveryKeyInTableOrderAndLeavesOutUnsetValues) {
   EXPECT_EQ(table().format(MallocConf{}),
             "mode:pool,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,min_segment:2MiB,"
             "huge_threshold:8MiB,small_pool:64MiB,small_granularity:128KiB,"
@@ -83,7 +84,8 @@ TEST(OptionTable, FormatWritesEveryKeyInTableOrderAndLeavesOutUnsetText) {
 
 TEST(OptionTable, EverySettingSurvivesFormatThenParse) {
   const MallocConf c = table().parse(
-      "mode:planned,capacity:1GiB,replan_after:7,max_plans:2,granularity:4MiB,min_segment:8MiB,"
+      "mode:planned,capacity:1GiB,replan_after:7,max_plans:2,plan_nodes:5000,granularity:4MiB,"
+      "min_segment:8MiB,"
       "huge_threshold:256MiB,initial_reservation:12MiB,release_before_growth:false,"
       "consolidate:0,threshold:1000,report:True,record:/tmp/a:b.trace");
   const MallocConf back = table().parse(table().format(c));
@@ -91,6 +93,7 @@ TEST(OptionTable, EverySettingSurvivesFormatThenParse) {
   EXPECT_EQ(back.capacity, std::size_t{1} << 30);
   EXPECT_EQ(back.replan_after, 7u);
   EXPECT_EQ(back.max_plans, 2u);
+  EXPECT_EQ(back.plan_nodes, 5000u);
   EXPECT_EQ(back.pool.segment_granularity, std::size_t{4} << 20);
   EXPECT_EQ(back.pool.min_segment_size, std::size_t{8} << 20);
   EXPECT_EQ(back.pool.huge_threshold, std::size_t{256} << 20);
@@ -136,7 +139,7 @@ TEST(OptionTable, RejectsARepeatedKey) {
 TEST(OptionTable, RejectsAnUnknownKeyListingEveryKnownOne) {
   EXPECT_EQ(parse_error("capcity:1"),
             "TEST_CONF: unknown key 'capcity' (known: mode, capacity, replan_after, max_plans, "
-            "granularity, min_segment, huge_threshold, small_pool, small_granularity, "
+            "plan_nodes, granularity, min_segment, huge_threshold, small_pool, small_granularity, "
             "initial_reservation, release_before_growth, consolidate, threshold, report, "
             "record), in 'capcity:1'");
 }
@@ -165,6 +168,9 @@ TEST(OptionTable, RejectsCountsBelowOneAndNonIntegers) {
     EXPECT_EQ(parse_error("max_plans:" + value), "TEST_CONF: expected a whole number >= 1, got '" +
                                                      value + "', in 'max_plans:" + value + "'");
   }
+  // A count whose default is 0 ("not set") takes no 0 either: leaving the key out says it.
+  EXPECT_EQ(parse_error("plan_nodes:0"),
+            "TEST_CONF: expected a whole number >= 1, got '0', in 'plan_nodes:0'");
 }
 
 TEST(OptionTable, RejectsAnUnknownEnumName) {

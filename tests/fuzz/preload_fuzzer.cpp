@@ -119,7 +119,9 @@ class Harness {
   explicit Harness(const std::uint8_t* data, std::size_t size) : in_(data, size) {
     threshold_ = sdalloc_preload_threshold();
     require(threshold_ > 0, "the drop-in is off: SDALLOC_PRELOAD_CONF was refused");
-    planned_ = Runtime::built()->config().mode == sdalloc::preload::Mode::kPlanned;
+    const auto& config = Runtime::built()->config();
+    planned_ = config.mode == sdalloc::preload::Mode::kPlanned;
+    scale_ = config.capacity == 0 ? std::size_t{1} << 20 : config.capacity / 16;
   }
 
   void run() {
@@ -134,8 +136,10 @@ class Harness {
   }
 
  private:
-  // Sizes around the threshold: zero, small (glibc's), just at it, a few times it, and
-  // beyond every pool (the capacity, 2^48, SIZE_MAX).
+  // Sizes around the threshold: zero, small (glibc's), just at it, a few times it, up to a
+  // quarter of the pool's capacity (scale_ is a sixteenth of it: the pool fills within an
+  // input, and a smaller pool means fewer pages touched per input), and beyond every pool
+  // (2^48, SIZE_MAX).
   std::size_t size() {
     switch (in_.ConsumeIntegralInRange(0, 9)) {
       case 0:
@@ -149,15 +153,15 @@ class Harness {
       case 4:
         return in_.ConsumeIntegralInRange<std::size_t>(threshold_, 4 * threshold_);
       case 5:
-        return in_.ConsumeIntegralInRange<std::size_t>(threshold_, 64 * threshold_);
+        return in_.ConsumeIntegralInRange<std::size_t>(threshold_, std::max(threshold_, scale_));
       case 6:
-        return in_.ConsumeIntegralInRange<std::size_t>(std::size_t{1} << 20, std::size_t{4} << 20);
+        return in_.ConsumeIntegralInRange<std::size_t>(scale_, 4 * scale_);
       case 7:
         return (std::size_t{1} << 48) + in_.ConsumeIntegral<std::uint16_t>();
       case 8:
         return SIZE_MAX - in_.ConsumeIntegral<std::uint16_t>();
       default:
-        return in_.ConsumeIntegralInRange<std::size_t>(0, std::size_t{1} << 20);
+        return in_.ConsumeIntegralInRange<std::size_t>(0, scale_);
     }
   }
   std::size_t alignment() {
@@ -404,6 +408,7 @@ class Harness {
 
   FuzzedDataProvider in_;
   std::size_t threshold_ = 0;
+  std::size_t scale_ = 0;
   bool planned_ = false;
   bool in_step_ = false;
   int step_calls_ = 0;

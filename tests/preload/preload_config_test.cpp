@@ -53,8 +53,9 @@ TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
             "SDALLOC_CONF: mode must be pool, vmm or planned, in 'mode:async'");
   EXPECT_EQ(parse_error("backend:host"),
             "SDALLOC_CONF: unknown key 'backend' (known: mode, threshold, address_space, report, "
-            "record, huge_pages, keep_system_heap, capacity, replan_after, max_plans, granularity, "
-            "min_segment, huge_threshold, small_pool, small_granularity, initial_reservation, "
+            "record, huge_pages, keep_system_heap, capacity, replan_after, max_plans, plan_nodes, "
+            "granularity, min_segment, huge_threshold, small_pool, small_granularity, "
+            "initial_reservation, "
             "release_before_growth, "
             "consolidate), in 'backend:host'");
   EXPECT_EQ(parse_error("threshold:1KiB"),

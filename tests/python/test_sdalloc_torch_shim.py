@@ -160,9 +160,9 @@ def test_bad_sdalloc_conf_fails_allocations_with_a_message(libraries, conf, mess
 def test_python_keywords_are_the_shims_keys(libraries):
     """sdalloc.torch names the keys once more, to reject a typo before loading the shim: they
     must be the shim's option table's keys, in its order (config_text() writes every key once
-    memory_fraction is set)."""
+    memory_fraction and plan_nodes are set)."""
     check(run_python(PRELUDE + """
-    st.configure(backend="host", capacity="1MiB", memory_fraction=0.5)
+    st.configure(backend="host", capacity="1MiB", memory_fraction=0.5, plan_nodes=100)
     keys = tuple(pair.split(":", 1)[0] for pair in st.config_text().split(","))
     assert keys == st._CONFIG_KEYS, (keys, st._CONFIG_KEYS)
     print("ok")

@@ -82,11 +82,12 @@ TEST(ShimConfig, KeepsItsMessages) {
             "SDALLOC_CONF: expected a whole number >= 1, got '0', in 'replan_after:0'");
   EXPECT_EQ(parse_error("consolidate:maybe"),
             "SDALLOC_CONF: expected true or false, got 'maybe', in 'consolidate:maybe'");
-  EXPECT_EQ(parse_error("capcity:1"),
-            "SDALLOC_CONF: unknown key 'capcity' (known: backend, mode, capacity, memory_fraction, "
-            "replan_after, max_plans, granularity, min_segment, huge_threshold, small_pool, "
-            "small_granularity, initial_reservation, release_before_growth, consolidate), in "
-            "'capcity:1'");
+  EXPECT_EQ(
+      parse_error("capcity:1"),
+      "SDALLOC_CONF: unknown key 'capcity' (known: backend, mode, capacity, memory_fraction, "
+      "replan_after, max_plans, plan_nodes, granularity, min_segment, huge_threshold, "
+      "small_pool, small_granularity, initial_reservation, release_before_growth, consolidate), in "
+      "'capcity:1'");
   EXPECT_TRUE(Contains(parse_error("capacity:12XB"), "unknown size unit 'XB'"));
   EXPECT_TRUE(
       Contains(parse_error("granularity:1000"),
