@@ -10,7 +10,8 @@
 //   ort-plain       neither arena nor patterns (glibc malloc)
 //   sdalloc-pool    sdalloc's CachingPool as the env allocator, no patterns
 //   sdalloc-vmm     sdalloc's VirtualMemoryPool, no patterns
-//   sdalloc-planned sdalloc's PlannedArena, each Run() one step (PlannedSession), no patterns
+//   sdalloc-planned sdalloc's PlannedArena with planned_session_options(), each Run() one
+//                   step (PlannedSession), no patterns
 //
 // Measured the same way for all: peak RSS growth over the runs (VmHWM reset through
 // /proc/self/clear_refs once the session is made, minus VmRSS then: pages first touched
@@ -94,8 +95,9 @@ struct Args {
   int runs = 10;
   int threads = 1;
   // The segment granularity and smallest segment of sdalloc-pool's CachingPool and of
-  // sdalloc-planned's fallback pool (CachingPoolOptions; 2 MiB, the default, for both).
-  std::size_t segment_kib = 2048;
+  // sdalloc-planned's fallback pool; 0: each one's default (CachingPoolOptions' 2 MiB, and
+  // planned_session_options()' 4 KiB).
+  std::size_t segment_kib = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -169,18 +171,22 @@ int run(const Args& args) {
     std::shared_ptr<sdalloc::AnyPool> pool;
     if (c == "sdalloc-pool") {
       sdalloc::CachingPoolOptions options;
-      options.segment_granularity = args.segment_kib << 10;
-      options.min_segment_size = args.segment_kib << 10;
+      if (args.segment_kib != 0) {
+        options.segment_granularity = args.segment_kib << 10;
+        options.min_segment_size = args.segment_kib << 10;
+      }
       pool = std::make_shared<sdalloc::PoolOf<sdalloc::CachingPool>>(host, options);
     }
     if (c == "sdalloc-vmm") {
       pool = std::make_shared<sdalloc::PoolOf<sdalloc::VirtualMemoryPool>>(memory);
     }
     if (c == "sdalloc-planned") {
-      sdalloc::PlannedArenaOptions options;
-      options.prefault_host_arena = true;  // page faults in end_step(), not in the runs
-      options.fallback.segment_granularity = args.segment_kib << 10;
-      options.fallback.min_segment_size = args.segment_kib << 10;
+      sdalloc::PlannedArenaOptions options = so::planned_session_options();
+      if (args.segment_kib != 0) {
+        options.fallback.segment_granularity = args.segment_kib << 10;
+        options.fallback.min_segment_size = args.segment_kib << 10;
+        options.fallback.small_pool_limit = sdalloc::CachingPoolOptions{}.small_pool_limit;
+      }
       pool = std::make_shared<sdalloc::PoolOf<sdalloc::PlannedArena>>(host, options);
     }
     allocator = std::make_unique<so::OrtPoolAllocator>(pool);

@@ -19,6 +19,16 @@ PlannedArena& planned_of(OrtPoolAllocator& allocator) {
 
 }  // namespace
 
+PlannedArenaOptions planned_session_options() {
+  PlannedArenaOptions options;
+  options.prefault_host_arena = true;
+  CachingPoolOptions& fallback = options.fallback;
+  fallback.segment_granularity = std::size_t{4} << 10;
+  fallback.min_segment_size = fallback.segment_granularity;
+  fallback.small_pool_limit = 0;  // segments are already as small as they can be
+  return options;
+}
+
 PlannedSession::PlannedSession(OrtSession* session, OrtPoolAllocator& allocator)
     : session_(session), arena_(planned_of(allocator)) {
   if (session == nullptr) throw InvalidArgument("PlannedSession needs a session");
