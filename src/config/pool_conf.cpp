@@ -78,6 +78,15 @@ std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes) {
   };
 }
 
+PlannedArenaOptions planned_arena_options(const PoolConf& conf) {
+  PlannedArenaOptions options;
+  options.replan_after_divergent_steps = conf.replan_after;
+  options.max_plans = conf.max_plans;
+  options.planner_max_search_nodes = conf.plan_nodes;
+  options.fallback = conf.pool;
+  return options;
+}
+
 void raise_to_granularity(PoolConf& conf, const KeySet& given) {
   const std::size_t granularity = conf.pool.segment_granularity;
   if (!given.contains("min_segment") && conf.pool.min_segment_size < granularity) {

@@ -13,6 +13,7 @@
 
 #include "config/option_table.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/policies/planned_arena.hpp"
 
 namespace sdalloc::config {
 
@@ -37,6 +38,11 @@ extern const EnumName kModePlanned;
 // capacity, replan_after, max_plans, plan_nodes, granularity, min_segment, huge_threshold,
 // initial_reservation, release_before_growth, consolidate.
 std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes);
+
+// mode:planned's PlannedArenaOptions from the shared rows (replan_after, max_plans,
+// plan_nodes, the caching pool's options for the fallback pool); the front end sets what is
+// its own (prefault_host_arena: it knows whether its memory is the host's).
+PlannedArenaOptions planned_arena_options(const PoolConf& conf);
 
 // A granularity given without min_segment / huge_threshold raises those to at least the
 // granularity, rather than making the user repeat it. `given`: the keys the text set.

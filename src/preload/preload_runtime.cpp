@@ -148,11 +148,7 @@ bool Runtime::build() {
       }
       case Mode::kPlanned: {
         resource_ = std::make_unique<RangeResource>(range_, config_.capacity);
-        PlannedArenaOptions options;
-        options.replan_after_divergent_steps = config_.replan_after;
-        options.max_plans = config_.max_plans;
-        options.planner_max_search_nodes = config_.plan_nodes;
-        options.fallback = config_.pool;
+        PlannedArenaOptions options = config::planned_arena_options(config_);
         options.prefault_host_arena = true;  // a planned step pays no page faults
         pool_ = std::make_unique<PoolOf<PlannedArena>>(*resource_, options);
         steps_ = std::make_unique<StepDetector>();

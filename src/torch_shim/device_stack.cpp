@@ -82,11 +82,7 @@ std::unique_ptr<sdalloc_pool> finish(const ShimConfig& config, Stack stack,
   const std::size_t cap = cap_for(config, config.memory_fraction, total);
   stack.push_back(std::make_unique<AdjustableLimitResource>(*stack.back(), cap));
   if (config.mode == Mode::kPlanned) {
-    PlannedArenaOptions options;
-    options.replan_after_divergent_steps = config.replan_after;
-    options.max_plans = config.max_plans;
-    options.planner_max_search_nodes = config.plan_nodes;
-    options.fallback = config.pool;
+    PlannedArenaOptions options = sdalloc::config::planned_arena_options(config);
     // Host arenas are faulted in when reserved, so a planned step does not pay it.
     options.prefault_host_arena = config.backend == Backend::kHost;
     return std::make_unique<sdalloc_pool>(std::move(stack), std::move(events), options);
