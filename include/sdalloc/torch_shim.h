@@ -51,6 +51,8 @@
  *   initial_reservation    one segment taken at the pool's creation and kept (default 0)
  *   release_before_growth  true|false (default true)
  *   consolidate            true|false (default true)
+ *   spare_pages            true|false (default true): released segments' pages feed the
+ *                          next segment instead of fresh ones
  *   replan_after           mode:planned: divergent steps in a row before the step is
  *                          recorded again, at least 1 (default 3)
  *   max_plans              mode:planned: plans kept at once, at least 1 (default 4)

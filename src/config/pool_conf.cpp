@@ -75,6 +75,12 @@ std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes) {
           "a stream that becomes empty while holding two or more segments has "
           "them replaced by one segment of the size it needed at its peak.",
           [](auto& c) -> auto& { return c.pool.consolidate_when_empty; }),
+      bool_option<C>(
+          "spare_pages",
+          "the segments released to grow that the new one does not need are kept aside, and "
+          "the next new segment or arena takes their pages instead of fresh ones (host "
+          "memory: no page faults again); never more than the segments' peak.",
+          [](auto& c) -> auto& { return c.pool.keep_spare_pages; }),
   };
 }
 

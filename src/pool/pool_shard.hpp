@@ -176,6 +176,11 @@ class alignas(64) PoolShard {
   // The shard became empty while it wants consolidating: done at its next allocation, not
   // at the free (a pool whose last tensor dies at exit must not take a new arena).
   bool consolidation_due = false;
+  // CachingPool's spare pages: wholly free segments released to grow whose pages the next
+  // new segment (or the arena) takes over instead of fresh ones. Out of the segment list,
+  // so no block is ever carved from them; held from the resource until then.
+  std::vector<Segment*> spare;
+  std::size_t spare_bytes = 0;
 };
 
 template <class Ready>

@@ -105,6 +105,7 @@ class RangeResource final : public MemoryResource {
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
   void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
                     Stream stream) override;
+  bool do_split(void* ptr, std::size_t bytes, std::size_t first) override;
   // Carves and counts a piece of `length` bytes, still PROT_NONE; throws OutOfMemory
   // (nothing changed) past the capacity or when no place is left. `returning` bytes are on
   // their way back and do not count against the capacity.

@@ -72,4 +72,9 @@ void* LimitResource::do_coalesce(std::span<const ResourceRange> ranges, std::siz
   }
 }
 
+// The cap counts bytes, which a split does not change.
+bool LimitResource::do_split(void* ptr, std::size_t bytes, std::size_t first) {
+  return upstream_.split(ptr, bytes, first);
+}
+
 }  // namespace sdalloc

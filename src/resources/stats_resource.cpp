@@ -99,4 +99,11 @@ void* StatsResource::do_coalesce(std::span<const ResourceRange> ranges, std::siz
   return ptr;
 }
 
+// Bytes do not change; one range handed out is two from now on.
+bool StatsResource::do_split(void* ptr, std::size_t bytes, std::size_t first) {
+  if (!upstream_.split(ptr, bytes, first)) return false;
+  raise_to(peak_count_, current_count_.fetch_add(1, std::memory_order_relaxed) + 1);
+  return true;
+}
+
 }  // namespace sdalloc

@@ -78,8 +78,8 @@ TEST(OptionTable, FormatWritesEveryKeyInTableOrderAndLeavesOutUnsetValues) {
   EXPECT_EQ(table().format(MallocConf{}),
             "mode:pool,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,min_segment:2MiB,"
             "huge_threshold:8MiB,small_pool:64MiB,small_granularity:128KiB,"
-            "initial_reservation:0B,release_before_growth:true,consolidate:true,threshold:64KiB,"
-            "report:false");
+            "initial_reservation:0B,release_before_growth:true,consolidate:true,spare_pages:true,"
+            "threshold:64KiB,report:false");
 }
 
 TEST(OptionTable, EverySettingSurvivesFormatThenParse) {
@@ -137,11 +137,12 @@ TEST(OptionTable, RejectsARepeatedKey) {
 }
 
 TEST(OptionTable, RejectsAnUnknownKeyListingEveryKnownOne) {
-  EXPECT_EQ(parse_error("capcity:1"),
-            "TEST_CONF: unknown key 'capcity' (known: mode, capacity, replan_after, max_plans, "
-            "plan_nodes, granularity, min_segment, huge_threshold, small_pool, small_granularity, "
-            "initial_reservation, release_before_growth, consolidate, threshold, report, "
-            "record), in 'capcity:1'");
+  EXPECT_EQ(
+      parse_error("capcity:1"),
+      "TEST_CONF: unknown key 'capcity' (known: mode, capacity, replan_after, max_plans, "
+      "plan_nodes, granularity, min_segment, huge_threshold, small_pool, small_granularity, "
+      "initial_reservation, release_before_growth, consolidate, spare_pages, threshold, report, "
+      "record), in 'capcity:1'");
 }
 
 TEST(OptionTable, ThePairsAreCheckedInOrder) {

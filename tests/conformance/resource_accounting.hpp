@@ -32,7 +32,8 @@ namespace sdalloc::conformance {
 inline void expect_pool_stats_consistent(const PoolStats& s, const CachingPool& pool) {
   EXPECT_GE(s.allocated_bytes, s.live_bytes) << "rounding never shrinks a request";
   EXPECT_GE(s.reserved_bytes, s.allocated_bytes) << "blocks live inside reserved segments";
-  EXPECT_EQ(s.free_bytes, s.reserved_bytes - s.allocated_bytes) << "free = reserved - allocated";
+  EXPECT_EQ(s.free_bytes + s.spare_bytes, s.reserved_bytes - s.allocated_bytes)
+      << "free + spare = reserved - allocated";
   EXPECT_LE(s.largest_free_block, s.free_bytes);
   EXPECT_GE(s.reserved_bytes, pool.options().initial_reservation)
       << "the initial reservation is kept until destruction";
@@ -45,8 +46,9 @@ inline void expect_pool_stats_consistent(const PoolStats& s, const CachingPool& 
   EXPECT_GE(s.peak_reserved_bytes, s.peak_allocated_bytes);
   EXPECT_EQ(s.allocations - s.frees, s.live_allocations)
       << "allocations " << s.allocations << ", frees " << s.frees;
-  EXPECT_EQ(s.segment_allocations - s.segment_releases, s.segments)
-      << "segment allocations " << s.segment_allocations << ", releases " << s.segment_releases;
+  EXPECT_EQ(s.segment_allocations + s.segment_splits - s.segment_releases, s.segments)
+      << "segment allocations " << s.segment_allocations << ", splits " << s.segment_splits
+      << ", releases " << s.segment_releases;
   EXPECT_EQ(s.segments == 0, s.reserved_bytes == 0);
 }
 

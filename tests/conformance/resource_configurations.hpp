@@ -274,7 +274,7 @@ struct VirtualMemoryPoolOverHostConfig : PoolTraits {
     EXPECT_GE(s.peak_live_bytes, s.live_bytes);
     EXPECT_GE(s.peak_reserved_bytes, s.reserved_bytes);
     EXPECT_EQ(s.allocations - s.frees, s.live_allocations);
-    EXPECT_EQ(s.segment_allocations - s.segment_releases, s.segments);
+    EXPECT_EQ(s.segment_allocations + s.segment_splits - s.segment_releases, s.segments);
     if (kCapacity != 0) {
       EXPECT_LE(s.peak_reserved_bytes, kCapacity);
     }

@@ -3,10 +3,10 @@
 //
 // A FaultPlan numbers every call that reaches a resource through the adaptors that share it
 // (0, 1, 2, ... in the order they are made) and can be armed to fail one of them: "the k-th
-// call from now". FaultInjectingResource wraps a MemoryResource (allocate, deallocate) and
-// (coalesce too, where its upstream coalesces) and FaultInjectingVirtualMemory a VirtualMemory
-// (reserve, create, map, unmap); both count into one FaultPlan, so a test that first counts the
-// calls of a clean run can then fail each of them, one run per k.
+// call from now". FaultInjectingResource wraps a MemoryResource (allocate, deallocate, and
+// coalesce where its upstream coalesces; split passes through) and FaultInjectingVirtualMemory a
+// VirtualMemory (reserve, create, map, unmap); both count into one FaultPlan, so a test that first
+// counts the calls of a clean run can then fail each of them, one run per k.
 //
 // A failed call does nothing below and throws what a real failure of that call would:
 // OutOfMemory for allocate, reserve and create (the resource has no memory) and for
@@ -176,6 +176,11 @@ class FaultInjectingResource final : public MemoryResource {
       throw;
     }
     return upstream_.coalesce(ranges, bytes, stream);
+  }
+  // Uncounted: a split is the upstream's bookkeeping, no call that can fail for lack of
+  // memory (a refusal is an answer, false, which the pool handles like any other).
+  bool do_split(void* ptr, std::size_t bytes, std::size_t first) override {
+    return upstream_.split(ptr, bytes, first);
   }
 
   MemoryResource& upstream_;

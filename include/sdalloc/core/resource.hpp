@@ -28,6 +28,12 @@
 // already faulted in are not faulted in again. Adaptors forward both; every other resource
 // keeps the default, which is exactly deallocate for each range and then allocate.
 //
+// A second optional operation, split(ptr, bytes, first), makes one range the resource handed
+// out two, each then returned on its own: CachingPool keeps the part of a released segment
+// that a new segment does not need (its spare pages) instead of giving its pages back.
+// HostResource and the drop-in's RangeResource allow it; adaptors forward it; the default
+// refuses, and the caller keeps the range whole.
+//
 // Beside them, three questions a pool may ask: can_coalesce(), capacity() and page_size().
 #pragma once
 
@@ -72,6 +78,13 @@ class MemoryResource {
   // True when coalesce does better than the two functions it replaces (moves pages, saves
   // calls), and its returns cannot fail; callers use the two functions otherwise.
   virtual bool can_coalesce() const { return false; }
+  // Makes the range [ptr, ptr + bytes) that this resource handed out two ranges, [ptr, ptr +
+  // first) and [ptr + first, ptr + bytes), each returned (deallocate, coalesce) on its own
+  // from then on. `first` is a multiple of 4 KiB, 0 < first < bytes. Answers false, and
+  // nothing has changed, where the resource cannot (the default) or the cut is not one.
+  bool split(void* ptr, std::size_t bytes, std::size_t first) {
+    return do_split(ptr, bytes, first);
+  }
 
   // The unit this resource maps its memory in, where nothing coarser is handed out (host
   // memory: its 4 KiB page, or 2 MiB with transparent huge pages), or 0 when unknown or
@@ -94,6 +107,9 @@ class MemoryResource {
                             Stream stream) {
     for (const ResourceRange& range : ranges) deallocate(range.ptr, range.bytes, stream);
     return allocate(bytes, stream);
+  }
+  virtual bool do_split(void* /*ptr*/, std::size_t /*bytes*/, std::size_t /*first*/) {
+    return false;
   }
 };
 

@@ -45,6 +45,7 @@ class HostResource final : public MemoryResource {
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
   void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
                     Stream stream) override;
+  bool do_split(void* ptr, std::size_t bytes, std::size_t first) override;
   void* map(std::size_t bytes, bool populate);
 
   HostResourceOptions options_;

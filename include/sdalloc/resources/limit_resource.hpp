@@ -39,6 +39,7 @@ class LimitResource final : public MemoryResource {
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
   void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
                     Stream stream) override;
+  bool do_split(void* ptr, std::size_t bytes, std::size_t first) override;
 
   MemoryResource& upstream_;
   CapacityCap cap_;  // its limit never changes

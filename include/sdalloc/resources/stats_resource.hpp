@@ -47,6 +47,7 @@ class StatsResource final : public MemoryResource {
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
   void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
                     Stream stream) override;
+  bool do_split(void* ptr, std::size_t bytes, std::size_t first) override;
 
   MemoryResource& upstream_;
   std::atomic<std::size_t> current_bytes_{0}, peak_bytes_{0}, total_bytes_{0};

@@ -52,18 +52,29 @@ CachingPool::Impl::Impl(MemoryResource& up, CachingPoolOptions opts)
                                                       : HostStreamEvents::instance()),
       upstream(up),
       upstream_page(up.page_size()),
+      upstream_coalesces(up.can_coalesce()),
       options(opts) {
   options.validate();
 }
 
-CachingPool::Impl::~Impl() { release_all(); }
+CachingPool::Impl::~Impl() {
+  for (PoolShard* shard : shards()) {
+    std::vector<Segment*> spare;
+    {
+      std::lock_guard lock(shard->mutex);
+      spare = take_spare(*shard);
+    }
+    for (Segment* s : spare) destroy_segment(*shard, s);
+  }
+  release_all();
+}
 
 std::string CachingPool::Impl::name() const { return "CachingPool(" + upstream.name() + ")"; }
 
 OutOfMemoryInfo CachingPool::Impl::oom_info(std::size_t requested) const {
   OutOfMemoryInfo info;
   info.requested = requested;
-  info.reserved = counters.reserved_bytes.current();
+  info.reserved = counters.held_bytes.current();
   for (PoolShard* shard : shards()) {
     std::lock_guard lock(shard->mutex);
     shard->drain_quick_lists();
@@ -89,24 +100,28 @@ void CachingPool::Impl::recycle(PoolShard& owner, Block* block,
 // peak of a sum would make every thread write one shared cache line on every call.
 PoolStats CachingPool::Impl::stats() const {
   PoolStats s = shard_stats(/*drain=*/true);
-  s.reserved_bytes = counters.reserved_bytes.current();
-  s.peak_reserved_bytes = counters.reserved_bytes.peak();
+  s.reserved_bytes = counters.held_bytes.current();
+  s.peak_reserved_bytes = counters.held_bytes.peak();
+  s.spare_bytes = s.reserved_bytes - std::min(s.reserved_bytes, counters.reserved_bytes.current());
   // The true peaks are ordered (live <= allocated <= reserved, reserved exact), so the
   // smaller bound is still an upper bound and the figures stay consistent.
   s.peak_allocated_bytes = std::min(s.peak_allocated_bytes, s.peak_reserved_bytes);
   s.peak_live_bytes = std::min(s.peak_live_bytes, s.peak_allocated_bytes);
-  s.segments = counters.segments.current();
-  s.peak_segments = counters.segments.peak();
+  s.segments = counters.held_ranges.current();
+  s.peak_segments = counters.held_ranges.peak();
   s.segment_allocations = counters.segment_allocations.load(std::memory_order_relaxed);
   s.segment_releases = counters.segment_releases.load(std::memory_order_relaxed);
   s.failed_releases = counters.failed_releases.load(std::memory_order_relaxed);
   s.consolidations = counters.consolidations.load(std::memory_order_relaxed);
+  s.segment_splits = counters.segment_splits.load(std::memory_order_relaxed);
   return s;
 }
 
 void CachingPool::Impl::reset_peak() {
   reset_shard_peaks();
   counters.reserved_bytes.reset_peak();
+  counters.held_bytes.reset_peak();
+  counters.held_ranges.reset_peak();
   counters.segments.reset_peak();
 }
 
@@ -118,6 +133,29 @@ void CachingPool::Impl::check_invariants() const {
     throw Error("CachingPool invariant broken: reserved bytes counter says " +
                 std::to_string(counters.reserved_bytes.current()) + ", segments add up to " +
                 std::to_string(reserved));
+  }
+  std::size_t spare = 0;
+  std::size_t spare_ranges = 0;
+  for (const PoolShard* shard : all) {
+    spare_ranges += shard->spare.size();
+    std::size_t bytes = 0;
+    for (const Segment* s : shard->spare) bytes += s->size;
+    if (bytes != shard->spare_bytes || (!keeps_spare() && bytes != 0)) {
+      throw Error("CachingPool invariant broken: spare segments of stream " +
+                  std::to_string(shard->stream.handle) + " add up to " + std::to_string(bytes) +
+                  ", its figure says " + std::to_string(shard->spare_bytes));
+    }
+    spare += bytes;
+  }
+  if (counters.held_bytes.current() != reserved + spare) {
+    throw Error("CachingPool invariant broken: held bytes counter says " +
+                std::to_string(counters.held_bytes.current()) + ", segments and spare add up to " +
+                std::to_string(reserved + spare));
+  }
+  if (counters.held_ranges.current() != counters.segments.current() + spare_ranges) {
+    throw Error("CachingPool invariant broken: held ranges counter says " +
+                std::to_string(counters.held_ranges.current()) + ", segments and spare are " +
+                std::to_string(counters.segments.current() + spare_ranges));
   }
 }
 

@@ -8,9 +8,11 @@
 //   segments.cpp    installing, releasing and returning segments, and consolidation;
 //   caching_pool.cpp options, the core's hooks, figures, layout and the public facade.
 //
-// Invariants: a segment belongs to exactly one shard's list; counters.reserved_bytes and
-// counters.segments change only under the lock of the shard whose list changes, so with
-// every shard locked they equal the sums over the lists. No code path holds two shard locks
+// Invariants: a segment belongs to exactly one shard's list or spare; counters.reserved_bytes
+// and counters.segments change only under the lock of the shard whose list changes, so with
+// every shard locked they equal the sums over the lists. counters.held_bytes and held_ranges
+// count the spare segments too; they drop just before a range goes back (exchange, return),
+// so they are exact at a quiescent moment. No code path holds two shard locks
 // (check_invariants and layout aside, which take them all in table order).
 #pragma once
 
@@ -103,12 +105,22 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // work faulted in become the new range's), else returned one by one and then allocated.
   // The segments go back either way; throws what allocate throws.
   void* exchange_segments(const std::vector<Segment*>& segments, std::size_t bytes, Stream stream);
+  // Spare pages are kept only where the resource moves pages into a new range.
+  bool keeps_spare() const { return options.keep_spare_pages && upstream_coalesces; }
+  // Which of `candidates` (wholly free segments just unlinked from `shard`) and of the
+  // shard's spare segments give their pages to a new segment of `bytes`: the largest that
+  // fit whole, then the smallest of the rest, which covers what is left (the resource cuts
+  // its tail). The others become the shard's spare. Without spare pages: `candidates`.
+  std::vector<Segment*> pages_for(PoolShard& shard, std::vector<Segment*> candidates,
+                                  std::size_t bytes);
+  // Unlinks the shard's spare segments (caller holds shard.mutex) for returning or exchange.
+  static std::vector<Segment*> take_spare(PoolShard& shard);
   bool give_back(void* base, std::size_t size, Stream stream) noexcept;
   // Consolidation is possible: the shard churned, holds several segments, and no block of
   // it waits for another stream.
   bool may_consolidate(const PoolShard& shard) const {
-    return shard.churned && shard.figures.segments >= 2 && options.consolidate_when_empty &&
-           shard.pending.empty();
+    return shard.churned && shard.figures.segments + shard.spare.size() >= 2 &&
+           options.consolidate_when_empty && shard.pending.empty();
   }
   // After a free on the shard: has the work that churned ended (consolidate())? When the
   // shard is empty; or when it is back at a floor of long-lived blocks, such as a model's
@@ -158,6 +170,7 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
 
   MemoryResource& upstream;
   const std::size_t upstream_page;  // upstream.page_size(), asked once
+  const bool upstream_coalesces;    // upstream.can_coalesce(), asked once
   CachingPoolOptions options;
   mutable detail::PoolCounters counters;
 };

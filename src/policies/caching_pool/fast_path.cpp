@@ -106,7 +106,7 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
     segment_size = std::max(segment_size, options.min_segment_size);
   }
   // The shard's own free segments go back in exchange for the new one (their pages move
-  // into it where the resource can: see exchange_segments).
+  // into it where the resource can: see exchange_segments and pages_for).
   std::vector<Segment*> released;
   if (options.release_cached_before_growth &&
       counters.reserved_bytes.current() + segment_size > counters.reserved_bytes.peak() &&
@@ -118,6 +118,9 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
     shard.churned = true;
     shard.churned_since_floor = true;
   }
+  // Spare pages of earlier releases come first; what the new segment does not need of
+  // the segments just released is kept for later (pages_for).
+  released = pages_for(shard, std::move(released), segment_size);
   void* base = nullptr;
   try {
     base = exchange_segments(released, segment_size, shard.stream);

@@ -32,6 +32,8 @@ Block* CachingPool::Impl::install_segment(PoolShard& shard, void* base, std::siz
     segment->pinned = pinned;
     Block* block = shard.add_segment(segment);  // from here the shard's list owns it
     counters.reserved_bytes.add(size);
+    counters.held_bytes.add(size);
+    counters.held_ranges.add(1);
     counters.segments.add(1);
     counters.segment_allocations.fetch_add(1, std::memory_order_relaxed);
     return block;
@@ -47,6 +49,7 @@ std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester,
   std::size_t released = 0;
   for (PoolShard* shard : shards()) {
     std::vector<Segment*> segments;
+    std::vector<Segment*> spare;
     {
       std::lock_guard lock(shard->mutex);
       if (wait && !shard->pending.empty()) shard->collect_pending(events, true);
@@ -58,7 +61,10 @@ std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester,
         counters.reserved_bytes.sub(s->size);
         counters.segments.sub(1);
       }
+      // A requester that keeps its segments decides about its spare ones too (pages_for).
+      if (kept == nullptr || shard != requester) spare = take_spare(*shard);
     }
+    released += return_segments(spare, shard->stream);
     if (kept != nullptr && shard == requester) {
       for (Segment* s : segments) released += s->size;
       kept->insert(kept->end(), segments.begin(), segments.end());
@@ -69,10 +75,77 @@ std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester,
   return released;
 }
 
+std::vector<Segment*> CachingPool::Impl::take_spare(PoolShard& shard) {
+  std::vector<Segment*> spare;
+  spare.swap(shard.spare);
+  shard.spare_bytes = 0;
+  return spare;
+}
+
+std::vector<Segment*> CachingPool::Impl::pages_for(PoolShard& shard,
+                                                   std::vector<Segment*> candidates,
+                                                   std::size_t bytes) {
+  if (!keeps_spare()) return candidates;
+  std::lock_guard lock(shard.mutex);
+  if (candidates.empty() && shard.spare.empty()) return candidates;
+  std::vector<Segment*> take;
+  std::vector<Segment*> rest;
+  try {
+    candidates.reserve(candidates.size() + shard.spare.size());
+    take.reserve(candidates.capacity());
+    rest.reserve(candidates.capacity());
+  } catch (const std::bad_alloc&) {
+    return candidates;  // no room for the lists: the spare ones stay spare
+  }
+  candidates.insert(candidates.end(), shard.spare.begin(), shard.spare.end());
+  take_spare(shard);
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Segment* a, const Segment* b) { return a->size > b->size; });
+  std::size_t taken = 0;
+  for (Segment* s : candidates) {
+    if (taken + s->size <= bytes) {
+      take.push_back(s);
+      taken += s->size;
+    } else {
+      rest.push_back(s);
+    }
+  }
+  // Each one left is larger than what the new segment still lacks: the smallest of them
+  // gives that much (split off where the resource allows; else all of it, its tail going
+  // back), rather than fresh pages faulted in. Without the split, a 1 GiB segment released
+  // for a 64 MiB one gave up 960 MiB of pages, and SD 1.5's UNet kept no spare at all.
+  if (taken < bytes && !rest.empty()) {
+    Segment* s = rest.back();
+    const std::size_t lacking = bytes - taken;
+    Segment* tail = nullptr;
+    try {
+      tail = new Segment{};
+    } catch (const std::bad_alloc&) {
+    }
+    if (tail != nullptr && upstream.split(reinterpret_cast<void*>(s->base), s->size, lacking)) {
+      tail->base = s->base + lacking;
+      tail->size = s->size - lacking;
+      s->size = lacking;
+      rest.back() = tail;
+      counters.held_ranges.add(1);
+      counters.segment_splits.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      delete tail;
+      rest.pop_back();
+    }
+    take.push_back(s);
+  }
+  for (Segment* s : rest) shard.spare_bytes += s->size;
+  shard.spare = std::move(rest);
+  return take;
+}
+
 std::size_t CachingPool::Impl::return_segments(const std::vector<Segment*>& segments,
                                                Stream stream) {
   std::size_t released = 0;
   for (Segment* s : segments) {
+    counters.held_bytes.sub(s->size);  // gone from the pool's view even if the resource fails
+    counters.held_ranges.sub(1);
     if (give_back(reinterpret_cast<void*>(s->base), s->size, stream)) released += s->size;
     delete s;
   }
@@ -96,6 +169,8 @@ void* CachingPool::Impl::exchange_segments(const std::vector<Segment*>& segments
   }
   for (Segment* s : segments) {
     ranges.push_back({reinterpret_cast<void*>(s->base), s->size});
+    counters.held_bytes.sub(s->size);
+    counters.held_ranges.sub(1);
     delete s;
   }
   // A resource that coalesces cannot fail to take the ranges back: they are released
@@ -105,6 +180,8 @@ void* CachingPool::Impl::exchange_segments(const std::vector<Segment*>& segments
 }
 
 void CachingPool::Impl::destroy_segment(PoolShard& shard, Segment* segment) noexcept {
+  counters.held_bytes.sub(segment->size);
+  counters.held_ranges.sub(1);
   give_back(reinterpret_cast<void*>(segment->base), segment->size, shard.stream);
   delete segment;
 }
@@ -162,7 +239,12 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
     shard.consolidation_due = false;
     if (!may_consolidate(shard)) return;  // another thread got there first, or in use
     segments = shard.releasable_segments();
-    if (segments.size() < 2) return;
+    if (segments.size() + shard.spare.size() < 2) return;
+    try {
+      segments.reserve(segments.size() + shard.spare.size());
+    } catch (const std::bad_alloc&) {
+      return;  // an optimisation only
+    }
     shard.churned = false;
     shard.floor_armed = false;
     for (Segment* s : segments) {
@@ -170,6 +252,9 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
       counters.reserved_bytes.sub(s->size);
       counters.segments.sub(1);
     }
+    // The spare pages go into the arena too, before any fresh page.
+    const std::vector<Segment*> spare = take_spare(shard);
+    segments.insert(segments.end(), spare.begin(), spare.end());
     // What the shard held at its peak is what the work needed in segments; one arena
     // packs better, but best fit still needs a little room beyond the live peak. The
     // segments still holding blocks (reserved_bytes now) count towards it.

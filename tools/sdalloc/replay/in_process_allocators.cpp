@@ -53,8 +53,11 @@ class PoolTarget final : public ReplayTarget {
   std::uint64_t peak_reserved_bytes() const override { return memory_.peak(); }
   std::string counters() const override {
     const PoolStats s = pool_.stats();
-    return "segments +" + std::to_string(s.segment_allocations) + " -" +
-           std::to_string(s.segment_releases);
+    std::string text = "segments +" + std::to_string(s.segment_allocations) + " -" +
+                       std::to_string(s.segment_releases);
+    // A split makes one range two, each released on its own (spare pages).
+    if (s.segment_splits != 0) text += ", split " + std::to_string(s.segment_splits);
+    return text;
   }
 
  private:
