@@ -180,7 +180,6 @@ class alignas(64) PoolShard {
   // new segment (or the arena) takes over instead of fresh ones. Out of the segment list,
   // so no block is ever carved from them; held from the resource until then.
   std::vector<Segment*> spare;
-  std::size_t spare_bytes = 0;
 };
 
 template <class Ready>

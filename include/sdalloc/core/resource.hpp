@@ -83,7 +83,8 @@ class MemoryResource {
   // from then on. `first` is a multiple of 4 KiB, 0 < first < bytes. Answers false, and
   // nothing has changed, where the resource cannot (the default) or the cut is not one.
   bool split(void* ptr, std::size_t bytes, std::size_t first) {
-    return do_split(ptr, bytes, first);
+    const bool a_cut = ptr != nullptr && first != 0 && first < bytes && first % 4096 == 0;
+    return a_cut && do_split(ptr, bytes, first);
   }
 
   // The unit this resource maps its memory in, where nothing coarser is handed out (host
@@ -108,6 +109,7 @@ class MemoryResource {
     for (const ResourceRange& range : ranges) deallocate(range.ptr, range.bytes, stream);
     return allocate(bytes, stream);
   }
+  // Called only with a cut split() checked: a page boundary inside a non-null range.
   virtual bool do_split(void* /*ptr*/, std::size_t /*bytes*/, std::size_t /*first*/) {
     return false;
   }

@@ -137,15 +137,12 @@ void CachingPool::Impl::check_invariants() const {
   std::size_t spare = 0;
   std::size_t spare_ranges = 0;
   for (const PoolShard* shard : all) {
-    spare_ranges += shard->spare.size();
-    std::size_t bytes = 0;
-    for (const Segment* s : shard->spare) bytes += s->size;
-    if (bytes != shard->spare_bytes || (!keeps_spare() && bytes != 0)) {
-      throw Error("CachingPool invariant broken: spare segments of stream " +
-                  std::to_string(shard->stream.handle) + " add up to " + std::to_string(bytes) +
-                  ", its figure says " + std::to_string(shard->spare_bytes));
+    if (!keeps_spare() && !shard->spare.empty()) {
+      throw Error("CachingPool invariant broken: stream " + std::to_string(shard->stream.handle) +
+                  " keeps spare segments over a resource that cannot move pages");
     }
-    spare += bytes;
+    spare_ranges += shard->spare.size();
+    for (const Segment* s : shard->spare) spare += s->size;
   }
   if (counters.held_bytes.current() != reserved + spare) {
     throw Error("CachingPool invariant broken: held bytes counter says " +

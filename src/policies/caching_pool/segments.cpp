@@ -78,7 +78,6 @@ std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester,
 std::vector<Segment*> CachingPool::Impl::take_spare(PoolShard& shard) {
   std::vector<Segment*> spare;
   spare.swap(shard.spare);
-  shard.spare_bytes = 0;
   return spare;
 }
 
@@ -135,7 +134,6 @@ std::vector<Segment*> CachingPool::Impl::pages_for(PoolShard& shard,
     }
     take.push_back(s);
   }
-  for (Segment* s : rest) shard.spare_bytes += s->size;
   shard.spare = std::move(rest);
   return take;
 }
