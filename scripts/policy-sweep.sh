@@ -9,6 +9,8 @@
 # prints one row per trace: x live (peak reserved / peak live) and s/pass (replay's median
 # over the passes) of each allocator, as the median of the rounds, and vmm's maps and
 # unmaps per pass. x live does not depend on the round; s/pass does, hence the median.
+# With pool, vmm, planned and tcmalloc all in the run, it then lists each trace that misses
+# one of issue 16's bars, and on how many traces they all hold.
 # -c passes --pool-conf to the pool (e.g. -c huge_threshold:128MiB for the old default).
 # Needs build/release/tools/sdalloc (SDALLOC_CLI overrides) and /usr/bin/python3; the JSON
 # of every run is kept under $SWEEP_DIR (default a temporary directory, printed at the end).
@@ -75,4 +77,28 @@ print("|" + "---|" * len(head))
 for row in rows:
     print("| " + " | ".join(row) + " |")
 print(f"\n{len(traces)} traces, --touch, {passes} passes, medians of {len(runs)} rounds; JSON in {out_dir}")
+
+# Issue 16's bars, where the sweep ran every allocator they name: pool <= 1.10 x live (1.25 x
+# on the VAE decoder traces, rec_vae_*), pool s/pass <= 1.1 x tcmalloc's, vmm <= 1.05 x live
+# and s/pass <= 1.25 x pool's, planned 1.000 x.
+if all(a in allocators for a in ("pool", "vmm", "planned", "tcmalloc")):
+    col = {h: i for i, h in enumerate(head)}
+    held = 0
+    print("\nAgainst the bars:")
+    for row in rows:
+        v = lambda h: float(row[col[h]]) if row[col[h]] != "-" else float("nan")
+        limit = 1.25 if row[0].startswith("rec_vae") else 1.10
+        misses = []
+        if not v("pool x") <= limit: misses.append(f"pool {v('pool x'):.3f} x > {limit}")
+        if not v("pool s/pass") <= 1.1 * v("tcmalloc s/pass"):
+            misses.append(f"pool s/pass {v('pool s/pass') / v('tcmalloc s/pass'):.2f} x tcmalloc's")
+        if not v("vmm x") <= 1.05: misses.append(f"vmm {v('vmm x'):.3f} x > 1.05")
+        if not v("vmm s/pass") <= 1.25 * v("pool s/pass"):
+            misses.append(f"vmm s/pass {v('vmm s/pass') / v('pool s/pass'):.2f} x pool's")
+        if not v("planned x") <= 1.0: misses.append(f"planned {v('planned x'):.3f} x")
+        if misses:
+            print(f"- {row[0]}: " + "; ".join(misses))
+        else:
+            held += 1
+    print(f"all bars hold on {held} of {len(rows)} traces")
 EOF

@@ -53,6 +53,8 @@
  *   consolidate            true|false (default true)
  *   spare_pages            true|false (default true): released segments' pages feed the
  *                          next segment instead of fresh ones
+ *   grow_arena             true|false (default true): a miss after consolidation grows the
+ *                          arena in place where the backend can (host memory)
  *   replan_after           mode:planned: divergent steps in a row before the step is
  *                          recorded again, at least 1 (default 3)
  *   max_plans              mode:planned: plans kept at once, at least 1 (default 4)

@@ -25,7 +25,7 @@ Configuration keywords (both functions) are SDALLOC_CONF's keys (include/sdalloc
 backend ("cuda" | "host"), mode ("pool" | "async" | "vmm" | "planned"), capacity,
 memory_fraction, granularity, min_segment, huge_threshold, small_pool, small_granularity,
 initial_reservation (ints are bytes; strings like "2MiB" also work), release_before_growth,
-consolidate, spare_pages (bools),
+consolidate, spare_pages, grow_arena (bools),
 replan_after (mode "planned": divergent steps in a row before the step is recorded again),
 max_plans (mode "planned": plans kept at once, one per kind of step),
 plan_nodes (mode "planned": search nodes per plan, for the same plan on every machine).
@@ -60,7 +60,7 @@ from ._native import SdallocError
 _CONFIG_KEYS = ("backend", "mode", "capacity", "memory_fraction", "replan_after", "max_plans",
                 "plan_nodes", "granularity", "min_segment", "huge_threshold", "small_pool",
                 "small_granularity", "initial_reservation", "release_before_growth", "consolidate",
-                "spare_pages")
+                "spare_pages", "grow_arena")
 
 _installed = {"allocator": None, "conf": None}
 

@@ -81,6 +81,12 @@ std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes) {
           "the next new segment or arena takes their pages instead of fresh ones (host "
           "memory: no page faults again); never more than the segments' peak.",
           [](auto& c) -> auto& { return c.pool.keep_spare_pages; }),
+      bool_option<C>(
+          "grow_arena",
+          "a miss after consolidation grows the arena in place (where the backend can: host "
+          "memory) instead of taking a segment beside it, so a larger shape (the VAE after "
+          "the UNet, a higher resolution) does not hold arena and segment for good.",
+          [](auto& c) -> auto& { return c.pool.grow_arena; }),
   };
 }
 

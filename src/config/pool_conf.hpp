@@ -36,7 +36,7 @@ extern const EnumName kModePlanned;
 
 // The shared rows, in the order format() writes them: mode (with `modes`, in that order),
 // capacity, replan_after, max_plans, plan_nodes, granularity, min_segment, huge_threshold,
-// initial_reservation, release_before_growth, consolidate, spare_pages.
+// initial_reservation, release_before_growth, consolidate, spare_pages, grow_arena.
 std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes);
 
 // mode:planned's PlannedArenaOptions from the shared rows (replan_after, max_plans,

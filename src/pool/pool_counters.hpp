@@ -44,6 +44,7 @@ struct PoolCounters {
   std::atomic<std::uint64_t> failed_releases{0};  // deallocate calls the resource refused
   std::atomic<std::uint64_t> consolidations{0};
   std::atomic<std::uint64_t> segment_splits{0};
+  std::atomic<std::uint64_t> arena_growths{0};
   // oom_retries and ooms are the core's (stream_ordered_core.hpp), as every pool has them.
 };
 

@@ -231,12 +231,12 @@ Segment* PoolShard::find_free_segment(const Fit& fit) {
   drain_quick_lists();
   // Walk the free blocks from the best fit upwards until one spans a whole segment.
   for (Block* b = normal.best_fit(fit.needed); b != nullptr; b = normal.successor(b)) {
-    if (b->is_whole_segment()) return b->segment;
+    if (b->is_whole_segment() && !b->segment->growing) return b->segment;
   }
   if (fit.huge) {
     for (Block* b = huge.best_fit(fit.needed);
          b != nullptr && b->size <= fit.needed + fit.huge_slack; b = huge.successor(b)) {
-      if (b->is_whole_segment()) return b->segment;
+      if (b->is_whole_segment() && !b->segment->growing) return b->segment;
     }
   }
   return nullptr;
@@ -246,9 +246,50 @@ std::vector<Segment*> PoolShard::releasable_segments() {
   drain_quick_lists();
   std::vector<Segment*> result;
   for (Segment* s = segments; s != nullptr; s = s->next) {
-    if (!s->pinned && s->first->indexed && s->first->is_whole_segment()) result.push_back(s);
+    if (!s->pinned && !s->growing && s->first->indexed && s->first->is_whole_segment()) {
+      result.push_back(s);
+    }
   }
   return result;
+}
+
+Block* PoolShard::last_block(const Segment* segment) {
+  Block* b = segment->first;
+  while (b->next != nullptr) b = b->next;
+  return b;
+}
+
+std::size_t PoolShard::free_tail(const Segment* segment) {
+  drain_quick_lists();
+  const Block* last = last_block(segment);
+  return last->indexed ? last->size : 0;
+}
+
+Block* PoolShard::extend_segment(Segment* segment, std::size_t extra, Block* record) {
+  drain_quick_lists();
+  Block* last = last_block(segment);
+  if (last->indexed) {
+    index_of(last).erase(last);
+    last->size += extra;
+    records.give_back(record);
+  } else {  // live, pending or being carved: a free block of its own behind it
+    Block* tail = record;
+    tail->addr = segment->base + segment->size;
+    tail->size = extra;
+    tail->segment = segment;
+    tail->prev = last;
+    tail->next = nullptr;
+    tail->free = true;
+    last->next = tail;
+    last = tail;
+  }
+  segment->size += extra;
+  figures.reserved_bytes += extra;
+  if (figures.reserved_bytes > figures.peak_reserved_bytes) {
+    figures.peak_reserved_bytes = figures.reserved_bytes;
+  }
+  index_of(last).insert(last);
+  return last;
 }
 
 // ---------------------------------------------------------------------------------------

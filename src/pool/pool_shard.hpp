@@ -133,8 +133,16 @@ class alignas(64) PoolShard {
   void remove_segment(Segment* segment, bool keep_block);
   // A wholly free segment whose block fits `fit`, or nullptr.
   Segment* find_free_segment(const Fit& fit);
-  // Wholly free segments that may be returned to the resource (not pinned).
+  // Wholly free segments that may be returned to the resource (not pinned, not growing).
   std::vector<Segment*> releasable_segments();
+  // The segment's last block by address (a walk over its blocks: the slow path only).
+  static Block* last_block(const Segment* segment);
+  // Bytes of the free block at the segment's end (quick lists merged first), or 0.
+  std::size_t free_tail(const Segment* segment);
+  // The resource has made `segment` `extra` bytes longer in place: they join its free
+  // block at the end (a new block, `record`, where the last one is not free; else `record`
+  // goes back to the recycler), which is answered. Cannot fail.
+  Block* extend_segment(Segment* segment, std::size_t extra, Block* record);
 
   // --- figures ----------------------------------------------------------------------
   std::size_t free_bytes() const { return normal.bytes() + huge.bytes() + quick.bytes(); }

@@ -64,7 +64,7 @@ void* ReservedRange::carve(std::size_t bytes, std::size_t alignment) {
 
 void ReservedRange::uncarve(void* piece, std::size_t bytes) {
   std::lock_guard lock(mutex_);
-  std::uintptr_t start = reinterpret_cast<std::uintptr_t>(piece);
+  auto start = reinterpret_cast<std::uintptr_t>(piece);
   std::size_t length = bytes;
   auto next = free_.lower_bound(start);
   if (next != free_.end() && start + length == next->first) {
@@ -81,6 +81,17 @@ void ReservedRange::uncarve(void* piece, std::size_t bytes) {
   }
   free_.emplace(start, length);
   carved_ -= bytes;
+}
+
+bool ReservedRange::carve_after(std::uintptr_t end, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  const auto it = free_.find(end);
+  if (it == free_.end() || it->second < bytes) return false;
+  const std::size_t rest = it->second - bytes;
+  free_.erase(it);
+  if (rest > 0) free_.emplace(end + bytes, rest);
+  carved_ += bytes;
+  return true;
 }
 
 std::size_t ReservedRange::carved_bytes() const {
@@ -218,21 +229,8 @@ void* RangeResource::do_coalesce(std::span<const ResourceRange> ranges, std::siz
     throw;
   }
   const auto start = reinterpret_cast<std::uintptr_t>(piece);
-  std::size_t offset = 0;
   bool moved_all = true;
-  for (const ResourceRange& range : ranges) {
-    if (range.ptr == nullptr) continue;
-    const std::size_t size = round_up(range.bytes, kPage);
-    const std::size_t take = std::min(size, length - offset);
-    if (take != 0) {
-      moved_all =
-          move_host_pages(range.ptr, reinterpret_cast<void*>(start + offset), take) && moved_all;
-    }
-    ReservedRange::protect(range.ptr, size);
-    range_.uncarve(range.ptr, size);
-    held_.fetch_sub(size, std::memory_order_relaxed);
-    offset += take;
-  }
+  const std::size_t offset = move_donors(ranges, start, length, moved_all);
   if (piece == nullptr) return nullptr;
   void* const rest = reinterpret_cast<void*>(start + offset);
   if (!moved_all || (offset < length && !ReservedRange::commit(rest, length - offset))) {
@@ -245,6 +243,61 @@ void* RangeResource::do_coalesce(std::span<const ResourceRange> ranges, std::siz
   }
   if (offset < length) FreshPages::of_this_thread().note(rest, length - offset);
   return piece;
+}
+
+std::size_t RangeResource::move_donors(std::span<const ResourceRange> donors, std::uintptr_t start,
+                                       std::size_t length, bool& moved_all) {
+  std::size_t offset = 0;
+  for (const ResourceRange& range : donors) {
+    if (range.ptr == nullptr) continue;
+    const std::size_t size = round_up(range.bytes, kPage);
+    const std::size_t take = std::min(size, length - offset);
+    if (take != 0) {
+      moved_all =
+          move_host_pages(range.ptr, reinterpret_cast<void*>(start + offset), take) && moved_all;
+    }
+    ReservedRange::protect(range.ptr, size);
+    range_.uncarve(range.ptr, size);
+    held_.fetch_sub(size, std::memory_order_relaxed);
+    offset += take;
+  }
+  return offset;
+}
+
+// The next addresses must be free in the range; the capacity counts the net change. The
+// donors' pages go in first, then fresh pages for the rest, noted as FreshPages.
+bool RangeResource::do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
+                            std::span<const ResourceRange> donors, Stream stream) {
+  const std::size_t length = round_up(bytes, kPage);
+  const std::size_t extra = round_up(new_bytes, kPage) - length;
+  if (extra == 0) {
+    for (const ResourceRange& range : donors) do_deallocate(range.ptr, range.bytes, stream);
+    return true;
+  }
+  std::size_t returning = 0;
+  for (const ResourceRange& range : donors) {
+    if (range.ptr != nullptr) returning += round_up(range.bytes, kPage);
+  }
+  const std::size_t before = held_.fetch_add(extra, std::memory_order_relaxed);
+  const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(ptr) + length;
+  if ((capacity_ != 0 && before - returning + extra > capacity_) ||
+      !range_.carve_after(end, extra)) {
+    held_.fetch_sub(extra, std::memory_order_relaxed);
+    return false;
+  }
+  bool moved_all = true;
+  const std::size_t offset = move_donors(donors, end, extra, moved_all);
+  void* const rest = reinterpret_cast<void*>(end + offset);
+  if (!moved_all || (offset < extra && !ReservedRange::commit(rest, extra - offset))) {
+    const int error = errno;
+    ReservedRange::protect(reinterpret_cast<void*>(end), extra);
+    range_.uncarve(reinterpret_cast<void*>(end), extra);
+    const std::size_t held = held_.fetch_sub(extra, std::memory_order_relaxed) - extra;
+    throw OutOfMemory::describe("the drop-in's address range", info_of(new_bytes, held, capacity_),
+                                std::string("mmap: ") + std::strerror(error));
+  }
+  if (offset < extra) FreshPages::of_this_thread().note(rest, extra - offset);
+  return true;
 }
 
 // The range's pieces are whole pages, carved and given back by address and length, so any

@@ -51,6 +51,9 @@ class ReservedRange {
   void* carve(std::size_t bytes, std::size_t alignment);
   // Gives a carved piece back (it must be PROT_NONE again: see protect()).
   void uncarve(void* piece, std::size_t bytes);
+  // Carves the `bytes` that follow a carved piece ending at `end`, still PROT_NONE, where
+  // they are free (the piece then grows in place); false, nothing changed, where they are not.
+  bool carve_after(std::uintptr_t end, std::size_t bytes);
   std::size_t carved_bytes() const;
 
   // mmap(PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS) over [p, p + bytes):
@@ -90,6 +93,9 @@ struct FreshPages {
 // pages into it (move_host_pages), as HostResource does: after the pool's consolidation and
 // its release before growth, only what no range covered is faulted in. Only that part is
 // noted as FreshPages: moved pages hold what the program wrote, and calloc must clear them.
+// grow extends a segment in place where the range's next addresses are free (first fit by
+// address keeps the range compact, so the highest segment, often the arena, can), moving
+// the donors' pages in first, as coalesce does.
 class RangeResource final : public MemoryResource {
  public:
   RangeResource(ReservedRange& range, std::size_t capacity);
@@ -97,6 +103,7 @@ class RangeResource final : public MemoryResource {
   std::size_t capacity() const override { return capacity_; }
   std::string name() const override;
   bool can_coalesce() const override { return true; }
+  bool can_grow() const override { return true; }
   std::size_t page_size() const override;  // the 4 KiB pages it carves and commits
   std::size_t held() const { return held_.load(std::memory_order_relaxed); }
 
@@ -106,6 +113,13 @@ class RangeResource final : public MemoryResource {
   void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
                     Stream stream) override;
   bool do_split(void* ptr, std::size_t bytes, std::size_t first) override;
+  bool do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
+               std::span<const ResourceRange> donors, Stream stream) override;
+  // Moves the donors' pages to [start, start + length) in their order (a donor that does not
+  // fit is cut), gives their places back to the range, and answers the bytes moved; false
+  // in `moved_all` when a move failed (that part is then unmapped).
+  std::size_t move_donors(std::span<const ResourceRange> donors, std::uintptr_t start,
+                          std::size_t length, bool& moved_all);
   // Carves and counts a piece of `length` bytes, still PROT_NONE; throws OutOfMemory
   // (nothing changed) past the capacity or when no place is left. `returning` bytes are on
   // their way back and do not count against the capacity.

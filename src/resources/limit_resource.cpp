@@ -77,4 +77,29 @@ bool LimitResource::do_split(void* ptr, std::size_t bytes, std::size_t first) {
   return upstream_.split(ptr, bytes, first);
 }
 
+// The cap sees the net change: the range's new bytes less the donors' returned bytes, which
+// the growth may reuse. Beyond the cap the answer is false (nothing changed): a pool then
+// takes the path of a new range, which the cap refuses with its full explanation.
+bool LimitResource::do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
+                            std::span<const ResourceRange> donors, Stream stream) {
+  std::size_t returned = 0;
+  for (const ResourceRange& range : donors) returned += range.ptr != nullptr ? range.bytes : 0;
+  const std::size_t extra = new_bytes - bytes;
+  const std::size_t reserved = extra > returned ? extra - returned : 0;
+  if (reserved != 0 && !cap_.try_reserve(reserved)) return false;
+  bool grown = false;
+  try {
+    grown = upstream_.grow(ptr, bytes, new_bytes, donors, stream);
+  } catch (...) {
+    cap_.release(reserved + returned);  // the donors went back, the range kept its size
+    throw;
+  }
+  if (!grown) {
+    cap_.release(reserved);
+    return false;
+  }
+  cap_.release(returned - (extra - reserved));  // extra - reserved <= returned
+  return true;
+}
+
 }  // namespace sdalloc

@@ -106,4 +106,39 @@ bool StatsResource::do_split(void* ptr, std::size_t bytes, std::size_t first) {
   return true;
 }
 
+// Counted as the donors' deallocates and the range's new bytes (no new range: the count of
+// ranges falls by the donors). Refused (false), nothing changed; thrown, the donors went back.
+bool StatsResource::do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
+                            std::span<const ResourceRange> donors, Stream stream) {
+  std::size_t returned = 0;
+  std::size_t count = 0;
+  for (const ResourceRange& range : donors) {
+    if (range.ptr == nullptr) continue;
+    returned += range.bytes;
+    ++count;
+  }
+  bool grown = false;
+  try {
+    grown = upstream_.grow(ptr, bytes, new_bytes, donors, stream);
+  } catch (...) {
+    current_bytes_.fetch_sub(returned, std::memory_order_relaxed);
+    current_count_.fetch_sub(count, std::memory_order_relaxed);
+    deallocations_.fetch_add(count, std::memory_order_relaxed);
+    failures_.fetch_add(1, std::memory_order_relaxed);
+    throw;
+  }
+  if (!grown) return false;
+  const std::size_t extra = new_bytes - bytes;
+  current_count_.fetch_sub(count, std::memory_order_relaxed);
+  deallocations_.fetch_add(count, std::memory_order_relaxed);
+  if (extra >= returned) {
+    const std::size_t more = extra - returned;
+    raise_to(peak_bytes_, current_bytes_.fetch_add(more, std::memory_order_relaxed) + more);
+  } else {
+    current_bytes_.fetch_sub(returned - extra, std::memory_order_relaxed);
+  }
+  total_bytes_.fetch_add(extra, std::memory_order_relaxed);
+  return true;
+}
+
 }  // namespace sdalloc

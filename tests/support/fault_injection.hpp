@@ -39,6 +39,7 @@ enum class ResourceCall : std::uint8_t {
   kAllocate,
   kDeallocate,
   kCoalesce,
+  kGrow,
   kReserve,
   kCreate,
   kMap,
@@ -53,6 +54,8 @@ inline const char* resource_call_name(ResourceCall call) {
       return "deallocate";
     case ResourceCall::kCoalesce:
       return "coalesce";
+    case ResourceCall::kGrow:
+      return "grow";
     case ResourceCall::kReserve:
       return "reserve";
     case ResourceCall::kCreate:
@@ -68,7 +71,8 @@ inline const char* resource_call_name(ResourceCall call) {
 // Whether a real failure of `call` is a lack of memory (OutOfMemory) or another Error.
 inline bool fails_as_out_of_memory(ResourceCall call) {
   return call == ResourceCall::kAllocate || call == ResourceCall::kCoalesce ||
-         call == ResourceCall::kReserve || call == ResourceCall::kCreate;
+         call == ResourceCall::kGrow || call == ResourceCall::kReserve ||
+         call == ResourceCall::kCreate;
 }
 
 // ===================================================================== the plan
@@ -181,6 +185,18 @@ class FaultInjectingResource final : public MemoryResource {
   // memory (a refusal is an answer, false, which the pool handles like any other).
   bool do_split(void* ptr, std::size_t bytes, std::size_t first) override {
     return upstream_.split(ptr, bytes, first);
+  }
+  // A refusal throws and the donors go back, as grow promises.
+  bool can_grow() const override { return upstream_.can_grow(); }
+  bool do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
+               std::span<const ResourceRange> donors, Stream stream) override {
+    try {
+      plan_.count(ResourceCall::kGrow, name());
+    } catch (...) {
+      upstream_.coalesce(donors, 0, stream);
+      throw;
+    }
+    return upstream_.grow(ptr, bytes, new_bytes, donors, stream);
   }
 
   MemoryResource& upstream_;

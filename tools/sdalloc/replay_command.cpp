@@ -92,7 +92,7 @@ void ReplayCommand::add_to(CLI::App& app) {
           "pool (and planned's fallback): CachingPool options in SDALLOC_CONF's "
           "spelling, e.g. huge_threshold:128MiB,consolidate:false (keys: granularity, "
           "min_segment, huge_threshold, small_pool, small_granularity, initial_reservation, "
-          "release_before_growth, consolidate, spare_pages)")
+          "release_before_growth, consolidate, spare_pages, grow_arena)")
       ->check(
           [](const std::string& text) -> std::string {
             try {

@@ -42,6 +42,7 @@ struct PoolStats {
   std::uint64_t segment_releases = 0;     // calls to the resource's deallocate
   std::uint64_t failed_releases = 0;      // deallocate calls that failed: left to the resource
   std::uint64_t segment_splits = 0;       // CachingPool: segments cut in two for spare pages
+  std::uint64_t arena_growths = 0;        // CachingPool: times an arena grew in place
 
   std::size_t free_bytes = 0;          // reserved - allocated - spare: cached, reusable
   std::size_t largest_free_block = 0;  // the biggest single request servable without growing

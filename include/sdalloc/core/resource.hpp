@@ -34,7 +34,14 @@
 // HostResource and the drop-in's RangeResource allow it; adaptors forward it; the default
 // refuses, and the caller keeps the range whole.
 //
-// Beside them, three questions a pool may ask: can_coalesce(), capacity() and page_size().
+// A third, grow(ptr, bytes, new_bytes, donors), makes a range longer where it lies: CachingPool
+// grows its consolidated arena when the work outgrows it (a larger shape, the VAE after the
+// UNet) instead of taking a segment beside it, which would stay apart from it for good.
+// HostResource maps every range with unused address space behind it for this, and moves the
+// donors' pages into the new part as coalesce does; adaptors forward it; the default refuses.
+//
+// Beside them, four questions a pool may ask: can_coalesce(), can_grow(), capacity() and
+// page_size().
 #pragma once
 
 #include <cstddef>
@@ -87,6 +94,19 @@ class MemoryResource {
     return a_cut && do_split(ptr, bytes, first);
   }
 
+  // Makes the range [ptr, ptr + bytes) that this resource handed out [ptr, ptr + new_bytes)
+  // in place (new_bytes > bytes), returning every one of `donors` as coalesce does (where
+  // the resource moves pages, theirs become the new part's). Answers false, and nothing has
+  // changed (the donors are still the caller's), where it cannot: the default, or no room
+  // behind the range. Throws OutOfMemory when the memory is not available; the range then
+  // keeps its size and the donors have been returned all the same.
+  bool grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
+            std::span<const ResourceRange> donors, Stream stream = kDefaultStream) {
+    return ptr != nullptr && new_bytes > bytes && do_grow(ptr, bytes, new_bytes, donors, stream);
+  }
+  // True when grow may succeed (the pool then tries it before taking a new range).
+  virtual bool can_grow() const { return false; }
+
   // The unit this resource maps its memory in, where nothing coarser is handed out (host
   // memory: its 4 KiB page, or 2 MiB with transparent huge pages), or 0 when unknown or
   // coarser than a caller should assume (CUDA rounds to 2 MiB inside the driver). A pool
@@ -111,6 +131,11 @@ class MemoryResource {
   }
   // Called only with a cut split() checked: a page boundary inside a non-null range.
   virtual bool do_split(void* /*ptr*/, std::size_t /*bytes*/, std::size_t /*first*/) {
+    return false;
+  }
+  // Called only with ptr non-null and new_bytes > bytes.
+  virtual bool do_grow(void* /*ptr*/, std::size_t /*bytes*/, std::size_t /*new_bytes*/,
+                       std::span<const ResourceRange> /*donors*/, Stream /*stream*/) {
     return false;
   }
 };

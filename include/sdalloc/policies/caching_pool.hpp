@@ -40,15 +40,24 @@
 //    would release and re-take the same memory in every iteration of a loop. When a
 //    stream that did so ends the work that churned while it holds two or more segments,
 //    its wholly free segments are returned and replaced by one segment of the size the
-//    stream needed at its peak, plus 1/16 of what it needed above its floor
-//    (consolidate_when_empty). The work has ended when the stream is empty (no live
-//    allocation), or when it is back at a floor of long-lived blocks (a model's weights,
-//    at least half the peak) that it came back to before, with another churn and a rise
-//    to the peak in between: a loop step that starts and ends at the same floor. A loop that
-//    repeats the same work then runs in one arena with no further growth or release. The swap
-//    happens at the stream's next allocation, not at the free that ended the work: that free is
-//    often the last one (at exit, or after the user dropped the model), and a new arena
-//    then would be taken for nothing.
+//    stream needed at its peak, plus 1/16 of what it needed above its floor (no headroom
+//    where the arena can grow, below) (consolidate_when_empty). The work has ended when the stream
+//    is empty (no live allocation), or when it is back at a floor of long-lived blocks (a model's
+//    weights, at least half the peak) that it came back to before, with another churn and a rise to
+//    the peak in between: a loop step that starts and ends at the same floor. A loop that repeats
+//    the same work then runs in one arena with no further growth or release. The swap happens at
+//    the stream's next allocation, not at the free that ended the work: that free is often the last
+//    one (at exit, or after the user dropped the model), and a new arena then would be taken for
+//    nothing.
+//  - Arena growth (grow_arena, where the resource can: can_grow(), host memory): a miss in
+//    a stream that has an arena grows the arena in place (MemoryResource::grow) by what the
+//    request lacks beyond the arena's free tail, in whole pages, before any new segment is
+//    taken; the segments released to grow give it their pages. A segment beside the arena
+//    never merges with it, so a larger shape after a smaller one (a higher resolution, the
+//    VAE decoder after the UNet) held arena and segment for good: 1.55 x live on an
+//    ascending sequence of resolutions, 1.05 x with growth (docs/caching_pool.md). Such an
+//    arena is made without the 1/16 headroom: best fit's lack is grown once instead (SD
+//    1.5's UNet 1.063 -> 1.007 x live).
 //  - Out of memory: when the resource refuses, the pool waits for pending cross-stream
 //    frees, releases every wholly free segment and retries once; then it throws OutOfMemory
 //    stating the request, live bytes, reserved bytes, largest free block and capacity.
@@ -107,6 +116,7 @@ struct CachingPoolOptions {
   bool release_cached_before_growth = true;  // see "Growth" above
   bool consolidate_when_empty = true;        // see "Consolidation" above (also at a floor)
   bool keep_spare_pages = true;              // see "Spare pages" above
+  bool grow_arena = true;                    // see "Arena growth" above
   StreamEvents* stream_events = nullptr;     // nullptr: HostStreamEvents
 
   // Throws InvalidArgument naming the first bad field: granularity not a power of two of

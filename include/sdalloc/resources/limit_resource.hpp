@@ -28,6 +28,7 @@ class LimitResource final : public MemoryResource {
   std::size_t capacity() const override { return cap_.limit(); }
   std::string name() const override;
   bool can_coalesce() const override { return upstream_.can_coalesce(); }
+  bool can_grow() const override { return upstream_.can_grow(); }
   std::size_t page_size() const override { return upstream_.page_size(); }
 
   std::size_t used() const { return cap_.used(); }
@@ -40,6 +41,8 @@ class LimitResource final : public MemoryResource {
   void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
                     Stream stream) override;
   bool do_split(void* ptr, std::size_t bytes, std::size_t first) override;
+  bool do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
+               std::span<const ResourceRange> donors, Stream stream) override;
 
   MemoryResource& upstream_;
   CapacityCap cap_;  // its limit never changes

@@ -53,6 +53,7 @@ CachingPool::Impl::Impl(MemoryResource& up, CachingPoolOptions opts)
       upstream(up),
       upstream_page(up.page_size()),
       upstream_coalesces(up.can_coalesce()),
+      upstream_grows(up.can_grow()),
       options(opts) {
   options.validate();
 }
@@ -114,6 +115,7 @@ PoolStats CachingPool::Impl::stats() const {
   s.failed_releases = counters.failed_releases.load(std::memory_order_relaxed);
   s.consolidations = counters.consolidations.load(std::memory_order_relaxed);
   s.segment_splits = counters.segment_splits.load(std::memory_order_relaxed);
+  s.arena_growths = counters.arena_growths.load(std::memory_order_relaxed);
   return s;
 }
 

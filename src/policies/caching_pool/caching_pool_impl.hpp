@@ -75,6 +75,15 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // One more try at the shard's cache, under its lock: the slow path's steps each end so.
   static void* allocate_in(PoolShard& shard, const Fit& fit, std::size_t bytes);
   void* allocate_slow(PoolShard& shard, const Fit& fit, std::size_t bytes);
+  // Before growing by `growth` bytes past the peak: the shard's wholly free segments (and
+  // those of idle streams) go back, the requester's unlinked into the answer for the new
+  // range's pages (release_cached_before_growth); the shard is then churned.
+  std::vector<Segment*> release_to_grow(PoolShard& shard, std::size_t growth);
+  // Grows the shard's arena (the consolidated segment with the most free bytes at its end)
+  // in place by what the request lacks, and serves the request there; nullptr when the
+  // shard has no arena, the resource cannot grow it, or the grown tail was taken meanwhile
+  // (the caller then takes a new segment). The released segments' pages feed the growth.
+  void* grow_arena(PoolShard& shard, const Fit& fit, std::size_t bytes);
   // Moves a wholly free segment that fits from another shard to `shard` and allocates from
   // it. The segment's last user was the other shard's stream, whose work must be done
   // first: without `wait` a busy stream keeps its segment; with `wait` (the OOM path) the
@@ -105,6 +114,8 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // work faulted in become the new range's), else returned one by one and then allocated.
   // The segments go back either way; throws what allocate throws.
   void* exchange_segments(const std::vector<Segment*>& segments, std::size_t bytes, Stream stream);
+  // Arenas grow in place only where the resource can.
+  bool grows_arena() const { return options.grow_arena && upstream_grows; }
   // Spare pages are kept only where the resource moves pages into a new range.
   bool keeps_spare() const { return options.keep_spare_pages && upstream_coalesces; }
   // Which of `candidates` (wholly free segments just unlinked from `shard`) and of the
@@ -171,6 +182,7 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   MemoryResource& upstream;
   const std::size_t upstream_page;  // upstream.page_size(), asked once
   const bool upstream_coalesces;    // upstream.can_coalesce(), asked once
+  const bool upstream_grows;        // upstream.can_grow(), asked once
   CachingPoolOptions options;
   mutable detail::PoolCounters counters;
 };

@@ -97,7 +97,9 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   }
   // 2. A wholly free segment cached by another, idle stream.
   if (void* ptr = allocate_from_other_shards(shard, fit, bytes, /*wait=*/false)) return ptr;
-  // 3. A new segment from the resource.
+  // 3. The shard's arena, grown in place where the resource can.
+  if (void* ptr = grow_arena(shard, fit, bytes)) return ptr;
+  // 4. A new segment from the resource.
   std::size_t grain = segment_grain(counters.reserved_bytes.peak() + fit.needed);
   if (fit.huge) grain = huge_grain(fit.needed, grain);
   std::size_t segment_size = round_up(fit.needed, grain);
@@ -107,17 +109,7 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   }
   // The shard's own free segments go back in exchange for the new one (their pages move
   // into it where the resource can: see exchange_segments and pages_for).
-  std::vector<Segment*> released;
-  if (options.release_cached_before_growth &&
-      counters.reserved_bytes.current() + segment_size > counters.reserved_bytes.peak() &&
-      release_free_segments(&shard, /*wait=*/false, &released) != 0) {
-    std::lock_guard lock(shard.mutex);
-    // Memory went back only to be asked for again: see consolidate().
-    const std::size_t allocated = shard.figures.allocated_bytes;
-    shard.churn_low = shard.churned ? std::min(shard.churn_low, allocated) : allocated;
-    shard.churned = true;
-    shard.churned_since_floor = true;
-  }
+  std::vector<Segment*> released = release_to_grow(shard, segment_size);
   // Spare pages of earlier releases come first; what the new segment does not need of
   // the segments just released is kept for later (pages_for).
   released = pages_for(shard, std::move(released), segment_size);
@@ -125,7 +117,7 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   try {
     base = exchange_segments(released, segment_size, shard.stream);
   } catch (const OutOfMemory&) {
-    // 4. Out of memory: wait for pending frees and busy streams, return every cached
+    // 5. Out of memory: wait for pending frees and busy streams, return every cached
     // segment, and retry once.
     oom_retries().fetch_add(1, std::memory_order_relaxed);
     release_free_segments(&shard, /*wait=*/true);
@@ -147,6 +139,21 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   Block* block = install_segment(shard, base, segment_size, huge, /*pinned=*/false);
   // The fresh segment fits by construction; take it directly so no other block wins.
   return shard.allocate_from(block, fit, bytes)->ptr();
+}
+
+std::vector<Segment*> CachingPool::Impl::release_to_grow(PoolShard& shard, std::size_t growth) {
+  std::vector<Segment*> released;
+  if (options.release_cached_before_growth &&
+      counters.reserved_bytes.current() + growth > counters.reserved_bytes.peak() &&
+      release_free_segments(&shard, /*wait=*/false, &released) != 0) {
+    std::lock_guard lock(shard.mutex);
+    // Memory went back only to be asked for again: see consolidate().
+    const std::size_t allocated = shard.figures.allocated_bytes;
+    shard.churn_low = shard.churned ? std::min(shard.churn_low, allocated) : allocated;
+    shard.churned = true;
+    shard.churned_since_floor = true;
+  }
+  return released;
 }
 
 void* CachingPool::Impl::allocate_from_other_shards(PoolShard& shard, const Fit& fit,

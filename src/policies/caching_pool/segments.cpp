@@ -199,6 +199,111 @@ bool CachingPool::Impl::give_back(void* base, std::size_t size, Stream stream) n
   }
 }
 
+// =======================================================================================
+// arena growth
+//
+// An arena sized for one shape is too small for a larger one (the next resolution, the VAE
+// decoder after the UNet). A segment beside it stays apart from it for good: the arena's
+// free space and the segment's never merge, so the pool held both (1.55 x live on the
+// ascending sequence of docs/caching_pool.md). Where the resource can, the arena grows
+// in place instead, by what the request lacks beyond the arena's free tail: the work then
+// runs in one larger arena, as if it had been consolidated at its new peak.
+
+void* CachingPool::Impl::grow_arena(PoolShard& shard, const Fit& fit, std::size_t bytes) {
+  if (!grows_arena()) return nullptr;
+  Segment* arena = nullptr;
+  std::size_t extra = 0;
+  Block* record = nullptr;  // taken now: once the range has grown, the books must follow
+  {
+    std::lock_guard lock(shard.mutex);
+    // Another thread on this stream may have freed enough since the caller looked.
+    if (Block* block = shard.allocate(fit, bytes)) return block->ptr();
+    std::size_t tail = 0;  // < fit.needed now: best fit would have taken a tail that fits
+    for (Segment* s = shard.segments; s != nullptr; s = s->next) {
+      if (!s->arena || s->growing) continue;
+      const std::size_t free_tail = shard.free_tail(s);
+      if (arena == nullptr || free_tail > tail) {
+        arena = s;
+        tail = free_tail;
+      }
+    }
+    if (arena == nullptr) return nullptr;
+    // Whole pages where the resource maps pages finer than segments round to (host memory:
+    // the arena holds nothing beyond what it lacked; a later, larger request grows it again,
+    // once), else the segment granularity.
+    std::size_t grain = segment_grain(counters.reserved_bytes.peak() + fit.needed);
+    if (upstream_page != 0 && upstream_page < grain) grain = upstream_page;
+    extra = round_up(fit.needed - tail, grain);
+    shard.records.reserve(1);
+    record = shard.records.take();
+    arena->growing = true;  // not released, not adopted by another shard meanwhile
+  }
+  const auto unmark = [&] {  // under the shard's lock
+    arena->growing = false;
+    shard.records.give_back(record);
+  };
+  std::vector<Segment*> donors;
+  try {
+    donors = pages_for(shard, release_to_grow(shard, extra), extra);
+  } catch (...) {  // no memory for the lists: nothing was given back
+    std::lock_guard lock(shard.mutex);
+    unmark();
+    throw;
+  }
+  const auto forget = [this](const std::vector<Segment*>& returned) {
+    for (Segment* s : returned) {
+      counters.held_bytes.sub(s->size);
+      counters.held_ranges.sub(1);
+      counters.segment_releases.fetch_add(1, std::memory_order_relaxed);
+      delete s;
+    }
+  };
+  bool grown = false;
+  try {
+    std::vector<ResourceRange> ranges;
+    try {
+      ranges.reserve(donors.size());
+    } catch (const std::bad_alloc&) {
+      return_segments(donors, shard.stream);  // no room for the list: fresh pages instead
+      donors.clear();
+    }
+    for (const Segment* s : donors) ranges.push_back({reinterpret_cast<void*>(s->base), s->size});
+    grown = upstream.grow(reinterpret_cast<void*>(arena->base), arena->size, arena->size + extra,
+                          ranges, shard.stream);
+  } catch (const Error&) {
+    forget(donors);  // refused: the resource has taken the donors back all the same
+    std::lock_guard lock(shard.mutex);
+    unmark();
+    return nullptr;  // the new segment's path meets the refusal and its OOM handling
+  }
+  if (!grown) {
+    // Nothing changed: the donors stay held as spare pages for the new segment (or, where
+    // the pool keeps none or cannot list them, they go back).
+    bool kept = false;
+    {
+      std::lock_guard lock(shard.mutex);
+      unmark();
+      try {
+        if (keeps_spare()) shard.spare.insert(shard.spare.end(), donors.begin(), donors.end());
+        kept = keeps_spare();
+      } catch (const std::bad_alloc&) {  // NOLINT(bugprone-empty-catch): returned below
+      }
+    }
+    if (!kept) return_segments(donors, shard.stream);
+    return nullptr;
+  }
+  forget(donors);
+  std::lock_guard lock(shard.mutex);
+  arena->growing = false;
+  Block* tail = shard.extend_segment(arena, extra, record);
+  counters.reserved_bytes.add(extra);
+  counters.held_bytes.add(extra);
+  counters.arena_growths.fetch_add(1, std::memory_order_relaxed);
+  if (tail->size >= fit.needed) return shard.allocate_from(tail, fit, bytes)->ptr();
+  Block* block = shard.allocate(fit, bytes);  // another thread took part of the tail
+  return block != nullptr ? block->ptr() : nullptr;
+}
+
 void CachingPool::Impl::reserve_initial() {
   if (options.initial_reservation == 0) return;
   PoolShard& shard = shard_for(kDefaultStream);
@@ -221,10 +326,12 @@ void CachingPool::Impl::reserve_initial() {
 // docs/caching_pool.md for the measurements).
 
 namespace {
-// A consolidated arena holds at least the peak allocated bytes plus 1/kArenaHeadroom of
-// what the work needed above the floor it ended at (all of it when the stream is empty):
-// replays of the SD 1.5 UNet trace need about 1 % beyond the live peak in one arena, and
-// the long-lived blocks below the floor stay where they are.
+// A consolidated arena that cannot grow holds at least the peak allocated bytes plus
+// 1/kArenaHeadroom of what the work needed above the floor it ended at (all of it when the
+// stream is empty): replays of the SD 1.5 UNet trace need about 1 % beyond the live peak in
+// one arena, and the long-lived blocks below the floor stay where they are. One that can
+// grow (grow_arena) holds no headroom: it grows by what best fit lacks, once (SD 1.5's UNet
+// 1.063 -> 1.007 x live; docs/caching_pool.md, "Arena growth").
 constexpr std::size_t kArenaHeadroom = 16;
 }  // namespace
 
@@ -257,9 +364,9 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
     // packs better, but best fit still needs a little room beyond the live peak. The
     // segments still holding blocks (reserved_bytes now) count towards it.
     const detail::ShardFigures& f = shard.figures;
-    const std::size_t needed = std::max(
-        f.peak_reserved_bytes,
-        f.peak_allocated_bytes + (f.peak_allocated_bytes - f.allocated_bytes) / kArenaHeadroom);
+    const std::size_t headroom =
+        grows_arena() ? 0 : (f.peak_allocated_bytes - f.allocated_bytes) / kArenaHeadroom;
+    const std::size_t needed = std::max(f.peak_reserved_bytes, f.peak_allocated_bytes + headroom);
     target = needed > f.reserved_bytes ? needed - f.reserved_bytes : 0;  // pinned may do
     grain = segment_grain(needed);
   }
@@ -276,7 +383,7 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
   }
   if (base == nullptr) return;
   std::lock_guard lock(shard.mutex);
-  install_segment(shard, base, target, /*huge=*/false, /*pinned=*/false);
+  install_segment(shard, base, target, /*huge=*/false, /*pinned=*/false)->segment->arena = true;
   counters.consolidations.fetch_add(1, std::memory_order_relaxed);
 }
 

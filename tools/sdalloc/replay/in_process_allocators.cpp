@@ -57,6 +57,7 @@ class PoolTarget final : public ReplayTarget {
                        std::to_string(s.segment_releases);
     // A split makes one range two, each released on its own (spare pages).
     if (s.segment_splits != 0) text += ", split " + std::to_string(s.segment_splits);
+    if (s.arena_growths != 0) text += ", arena grown " + std::to_string(s.arena_growths);
     return text;
   }
 

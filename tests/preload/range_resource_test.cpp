@@ -1,0 +1,73 @@
+// The drop-in's RangeResource: segments carved from one reserved range, grown in place where
+// the range's next addresses are free (arena growth, docs/caching_pool.md), with the donors'
+// pages moved in and the capacity counting the net change.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "preload/address_range.hpp"
+
+namespace sdalloc::preload {
+namespace {
+
+constexpr std::size_t kPage = 4096;
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+unsigned char* bytes_of(void* ptr) { return static_cast<unsigned char*>(ptr); }
+
+std::size_t pages_holding(void* ptr, std::size_t bytes, unsigned char value) {
+  std::size_t n = 0;
+  for (std::size_t off = 0; off < bytes; off += kPage) n += bytes_of(ptr)[off] == value ? 1 : 0;
+  return n;
+}
+
+struct Range {
+  Range() { EXPECT_TRUE(reserved.reserve(std::size_t{1} << 30)); }  // the least it takes
+  ReservedRange reserved;
+};
+
+TEST(RangeResourceGrow, GrowsWhereTheNextAddressesAreFreeAndNowhereElse) {
+  Range range;
+  RangeResource resource(range.reserved, 0);
+  ASSERT_TRUE(resource.can_grow());
+  void* a = resource.allocate(4 * kMiB);
+  std::memset(a, 0x21, 4 * kMiB);
+  ASSERT_TRUE(resource.grow(a, 4 * kMiB, 6 * kMiB, {}));
+  EXPECT_EQ(pages_holding(a, 4 * kMiB, 0x21), 4 * kMiB / kPage);
+  EXPECT_EQ(pages_holding(bytes_of(a) + 4 * kMiB, 2 * kMiB, 0), 2 * kMiB / kPage);
+  std::memset(bytes_of(a) + 4 * kMiB, 0x22, 2 * kMiB);  // committed, writable
+  EXPECT_EQ(resource.held(), 6 * kMiB);
+  EXPECT_EQ(range.reserved.carved_bytes(), 6 * kMiB);
+  // The next piece is carved right behind it (first fit by address): no room to grow now.
+  void* b = resource.allocate(kMiB);
+  EXPECT_EQ(bytes_of(b), bytes_of(a) + 6 * kMiB);
+  EXPECT_FALSE(resource.grow(a, 6 * kMiB, 8 * kMiB, {}));
+  EXPECT_EQ(resource.held(), 7 * kMiB) << "refused: nothing changed";
+  EXPECT_EQ(range.reserved.carved_bytes(), 7 * kMiB);
+  resource.deallocate(b, kMiB);
+  resource.deallocate(a, 6 * kMiB);
+  EXPECT_EQ(resource.held(), 0u);
+  EXPECT_EQ(range.reserved.carved_bytes(), 0u);
+}
+
+TEST(RangeResourceGrow, TheDonorsPagesMoveInAndTheCapacityCountsTheNetChange) {
+  Range range;
+  RangeResource resource(range.reserved, 10 * kMiB);
+  void* donor = resource.allocate(3 * kMiB);  // carved first: lower addresses
+  void* a = resource.allocate(4 * kMiB);
+  std::memset(donor, 0x31, 3 * kMiB);
+  const ResourceRange donors[] = {{donor, 3 * kMiB}};
+  EXPECT_FALSE(resource.grow(a, 4 * kMiB, 15 * kMiB, donors)) << "past the capacity";
+  EXPECT_EQ(pages_holding(donor, 3 * kMiB, 0x31), 3 * kMiB / kPage) << "still the caller's";
+  ASSERT_TRUE(resource.grow(a, 4 * kMiB, 9 * kMiB, donors)) << "4 + 5 - 3 + 3 fits in 10";
+  EXPECT_EQ(pages_holding(bytes_of(a) + 4 * kMiB, 3 * kMiB, 0x31), 3 * kMiB / kPage) << "moved";
+  EXPECT_EQ(pages_holding(bytes_of(a) + 7 * kMiB, 2 * kMiB, 0), 2 * kMiB / kPage) << "fresh";
+  EXPECT_EQ(resource.held(), 9 * kMiB);
+  EXPECT_EQ(range.reserved.carved_bytes(), 9 * kMiB) << "the donor's place went back";
+  resource.deallocate(a, 9 * kMiB);
+  EXPECT_EQ(resource.held(), 0u);
+}
+
+}  // namespace
+}  // namespace sdalloc::preload
