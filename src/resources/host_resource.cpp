@@ -181,21 +181,11 @@ void HostResource::do_deallocate(void* ptr, std::size_t bytes, Stream) {
 }
 
 // The ranges go in their order, each at the next page (the next 2 MiB with THP, so huge
-// pages move whole); a range that does not fit is cut, its tail unmapped. Only the part
-// no range covered is populated when the options ask for it.
-void* HostResource::do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
-                                Stream stream) {
-  void* base = nullptr;
-  try {
-    if (bytes != 0) base = map(bytes, /*populate=*/false);
-  } catch (...) {
-    for (const ResourceRange& range : ranges) do_deallocate(range.ptr, range.bytes, stream);
-    throw;
-  }
-  const std::size_t length = bytes == 0 ? 0 : round_up(bytes, kPageSize);
-  const auto start = reinterpret_cast<std::uintptr_t>(base);
+// pages move whole); a range that does not fit is cut, its tail unmapped, and every range's
+// room goes with it. Answers the bytes the ranges cover; moved_all false if a move failed.
+std::size_t HostResource::move_in(std::span<const ResourceRange> ranges, std::uintptr_t start,
+                                  std::size_t length, bool& moved_all) {
   std::size_t offset = 0;
-  bool moved_all = true;
   for (const ResourceRange& range : ranges) {
     if (range.ptr == nullptr) continue;
     const auto from = reinterpret_cast<std::uintptr_t>(range.ptr);
@@ -209,14 +199,31 @@ void* HostResource::do_coalesce(std::span<const ResourceRange> ranges, std::size
         move_host_pages(range.ptr, reinterpret_cast<void*>(start + offset), take) && moved_all;
     offset += take;
   }
+  return offset;
+}
+
+// Only the part no range covered is populated when the options ask for it.
+void* HostResource::do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
+                                Stream stream) {
+  void* base = nullptr;
+  try {
+    if (bytes != 0) base = map(bytes, /*populate=*/false);
+  } catch (...) {
+    for (const ResourceRange& range : ranges) do_deallocate(range.ptr, range.bytes, stream);
+    throw;
+  }
+  const std::size_t length = bytes == 0 ? 0 : round_up(bytes, kPageSize);
+  const auto start = reinterpret_cast<std::uintptr_t>(base);
+  bool moved_all = true;
+  const std::size_t offset = move_in(ranges, start, length, moved_all);
   if (!moved_all) {
-    ::munmap(base, length);
+    do_deallocate(base, length, stream);
     throw_out_of_memory(name(), bytes, "moving pages into the new range failed", ENOMEM);
   }
   if (options_.populate && offset < length &&
       !prefault_host_pages(reinterpret_cast<void*>(start + offset), length - offset)) {
     const int error = errno;
-    ::munmap(base, length);
+    do_deallocate(base, length, stream);
     throw_out_of_memory(name(), bytes, "populating pages failed", error);
   }
   return base;
@@ -258,20 +265,8 @@ bool HostResource::do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
     return_donors();
     give_up("mapping the grown part failed", error);
   }
-  std::size_t offset = 0;
   bool moved_all = true;
-  for (const ResourceRange& range : donors) {
-    if (range.ptr == nullptr) continue;
-    const auto from = reinterpret_cast<std::uintptr_t>(range.ptr);
-    const std::size_t size = round_up(range.bytes, kPageSize);
-    const std::size_t take = std::min(size, extra - offset);
-    if (take < size) ::munmap(reinterpret_cast<void*>(from + take), size - take);
-    drop_room(from + size);
-    if (take == 0) continue;
-    moved_all =
-        move_host_pages(range.ptr, reinterpret_cast<void*>(end + offset), take) && moved_all;
-    offset += take;
-  }
+  const std::size_t offset = move_in(donors, end, extra, moved_all);
   if (!moved_all) give_up("moving pages into the grown part failed", ENOMEM);
   if (options_.populate && offset < extra &&
       !prefault_host_pages(reinterpret_cast<void*>(end + offset), extra - offset)) {

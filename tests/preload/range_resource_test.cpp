@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "preload/address_range.hpp"
+#include "support/mapped_pages.hpp"
 
 namespace sdalloc::preload {
 namespace {
@@ -14,13 +15,8 @@ namespace {
 constexpr std::size_t kPage = 4096;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-unsigned char* bytes_of(void* ptr) { return static_cast<unsigned char*>(ptr); }
-
-std::size_t pages_holding(void* ptr, std::size_t bytes, unsigned char value) {
-  std::size_t n = 0;
-  for (std::size_t off = 0; off < bytes; off += kPage) n += bytes_of(ptr)[off] == value ? 1 : 0;
-  return n;
-}
+using test::bytes_of;
+using test::pages_holding;
 
 struct Range {
   Range() { EXPECT_TRUE(reserved.reserve(std::size_t{1} << 30)); }  // the least it takes

@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstring>
-#include <string>
 
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
@@ -14,38 +13,18 @@
 #include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 #include "support/mapped_pages.hpp"
+#include "support/plain_resource.hpp"
 
 namespace sdalloc {
 namespace {
 
+using test::bytes_of;
 using test::is_unmapped;
+using test::pages_holding;
+using test::PlainResource;
 
 constexpr std::size_t kPage = HostResource::kPageSize;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
-
-unsigned char* bytes_of(void* ptr) { return static_cast<unsigned char*>(ptr); }
-
-// Counts the pages of [ptr, ptr + bytes) whose first byte is `value`.
-std::size_t pages_holding(void* ptr, std::size_t bytes, unsigned char value) {
-  std::size_t n = 0;
-  for (std::size_t off = 0; off < bytes; off += kPage) n += bytes_of(ptr)[off] == value ? 1 : 0;
-  return n;
-}
-
-// Host memory that does not say it can grow: the default refuses.
-class PlainResource final : public MemoryResource {
- public:
-  std::string name() const override { return "plain"; }
-
- private:
-  void* do_allocate(std::size_t bytes, Stream stream) override {
-    return host_.allocate(bytes, stream);
-  }
-  void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override {
-    host_.deallocate(ptr, bytes, stream);
-  }
-  HostResource host_;
-};
 
 // ---------------------------------------------------------------------------------------
 // the resource

@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <cstring>
-#include <string>
 
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
@@ -13,31 +12,17 @@
 #include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 #include "support/mapped_pages.hpp"
+#include "support/plain_resource.hpp"
 
 namespace sdalloc {
 namespace {
 
+using test::bytes_of;
 using test::is_unmapped;
+using test::PlainResource;
 
 constexpr std::size_t kPage = HostResource::kPageSize;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
-
-unsigned char* bytes_of(void* ptr) { return static_cast<unsigned char*>(ptr); }
-
-// Host memory that does not say it moves pages: the pool keeps no spare over it.
-class PlainResource final : public MemoryResource {
- public:
-  std::string name() const override { return "plain"; }
-
- private:
-  void* do_allocate(std::size_t bytes, Stream stream) override {
-    return host_.allocate(bytes, stream);
-  }
-  void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override {
-    host_.deallocate(ptr, bytes, stream);
-  }
-  HostResource host_;
-};
 
 // ---------------------------------------------------------------------------------------
 // split

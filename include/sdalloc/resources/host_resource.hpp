@@ -61,6 +61,8 @@ class HostResource final : public MemoryResource {
   bool do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
                std::span<const ResourceRange> donors, Stream stream) override;
   void* map(std::size_t bytes, bool populate);
+  std::size_t move_in(std::span<const ResourceRange> ranges, std::uintptr_t start,
+                      std::size_t length, bool& moved_all);
   // The room that starts at `end` (a range's end): unmapped and forgotten, if any.
   void drop_room(std::uintptr_t end);
   // Takes `bytes` from the front of the room that starts at `end`; false if it has fewer.
