@@ -40,14 +40,15 @@
 //    would release and re-take the same memory in every iteration of a loop. When a
 //    stream that did so ends the work that churned while it holds two or more segments,
 //    its wholly free segments are returned and replaced by one segment of the size the
-//    stream needed at its peak, plus 1/16 of what it needed above its floor (no headroom
-//    where the arena can grow, below) (consolidate_when_empty). The work has ended when the stream
-//    is empty (no live allocation), or when it is back at a floor of long-lived blocks (a model's
-//    weights, at least half the peak) that it came back to before, with another churn and a rise to
-//    the peak in between: a loop step that starts and ends at the same floor. A loop that repeats
-//    the same work then runs in one arena with no further growth or release. The swap happens at
-//    the stream's next allocation, not at the free that ended the work: that free is often the last
-//    one (at exit, or after the user dropped the model), and a new arena then would be taken for
+//    stream needed at its peak, plus 1/16 of what it needed above its floor where the arena
+//    cannot grow (consolidate_when_empty; no headroom where it can: "Arena growth" below).
+//    The work has ended when the stream is empty (no live allocation), or when it is back at
+//    a floor of long-lived blocks (a model's weights, at least half the peak) that it came
+//    back to before, with another churn and a rise to the peak in between: a loop step that
+//    starts and ends at the same floor. A loop that repeats the same work then runs in one
+//    arena with no further growth or release. The swap happens at the stream's next
+//    allocation, not at the free that ended the work: that free is often the last one (at
+//    exit, or after the user dropped the model), and a new arena then would be taken for
 //    nothing.
 //  - Arena growth (grow_arena, where the resource can: can_grow(), host memory): a miss in
 //    a stream that has an arena grows the arena in place (MemoryResource::grow) by what the
