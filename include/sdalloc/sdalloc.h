@@ -175,6 +175,14 @@ typedef struct sdalloc_pool_config_t {
    * not hold 2 MiB of rounding per segment. Defaults 64 MiB and 128 KiB; 0 turns it off. */
   size_t small_pool_limit;
   size_t small_granularity;
+  /* The segments a pool releases to grow that the new one does not need are kept (held,
+   * never beyond the segments' peak) and give their pages to the next segment or arena
+   * instead of fresh ones: no page faults again on host memory. Default true. */
+  bool keep_spare_pages;
+  /* A miss in a stream whose segments became one arena grows the arena in place by what the
+   * request lacks (host memory reserves address space behind each range for it), instead
+   * of taking a segment beside it for good; such an arena holds no headroom. Default true. */
+  bool grow_arena;
 } sdalloc_pool_config_t;
 
 /* Fills the first struct_size bytes of *config with the defaults (at most this library's

@@ -52,7 +52,8 @@ class PoolConfig(Structure):
                 # The header's order: `planned` follows, past the first version's padding.
                 ("replan_after_divergent_steps", c_size_t), ("planned", c_bool),
                 ("max_plans", c_size_t), ("planner_max_search_nodes", c_size_t),
-                ("small_pool_limit", c_size_t), ("small_granularity", c_size_t)]
+                ("small_pool_limit", c_size_t), ("small_granularity", c_size_t),
+                ("keep_spare_pages", c_bool), ("grow_arena", c_bool)]
 
 
 class Stats(Structure):

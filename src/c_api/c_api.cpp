@@ -82,6 +82,8 @@ std::unique_ptr<sdalloc_pool> make_host_pool(const sdalloc_pool_config_t& config
   options.small_granularity = config.small_granularity;
   options.release_cached_before_growth = config.release_cached_before_growth;
   options.consolidate_when_empty = config.consolidate_when_empty;
+  options.keep_spare_pages = config.keep_spare_pages;
+  options.grow_arena = config.grow_arena;
   if (config.planned) {
     sdalloc::PlannedArenaOptions planned;
     planned.replan_after_divergent_steps = config.replan_after_divergent_steps;
@@ -196,6 +198,8 @@ void sdalloc_pool_config_init_sized(sdalloc_pool_config_t* out, std::size_t stru
   full.planner_max_search_nodes = planned_defaults.planner_max_search_nodes;
   full.small_pool_limit = defaults.small_pool_limit;
   full.small_granularity = defaults.small_granularity;
+  full.keep_spare_pages = defaults.keep_spare_pages;
+  full.grow_arena = defaults.grow_arena;
   copy_defaults(full, out, struct_size);
 }
 

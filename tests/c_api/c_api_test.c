@@ -223,6 +223,50 @@ static void small_pool_limit_zero_takes_min_segment_size_segments(void) {
   CHECK_MESSAGE("small_granularity");
 }
 
+/* Two 6 MiB blocks freed, then 10 MiB: the two segments are released to grow; with spare
+ * pages the 2 MiB the new segment does not need stay held, and once the 10 MiB are freed the
+ * next allocation consolidates them into a 12 MiB arena, which a 16 MiB request then grows
+ * in place (one segment of 17 MiB). Without either, the 10 MiB segment is the only one (no
+ * consolidation) and the 16 MiB request takes a segment beside it (26 MiB). */
+static void spare_pages_and_arena_growth_follow_the_config(void) {
+  g_test = "spare_pages_and_arena_growth_follow_the_config";
+  sdalloc_pool_config_t config;
+  sdalloc_pool_config_init(&config);
+  CHECK(config.keep_spare_pages);
+  CHECK(config.grow_arena);
+  config.small_pool_limit = 0;
+  config.huge_threshold = 64 * MIB;
+  for (int on = 1; on >= 0; --on) {
+    config.keep_spare_pages = on != 0;
+    config.grow_arena = on != 0;
+    sdalloc_pool_t* pool = NULL;
+    CHECK_OK(sdalloc_pool_create(&config, &pool));
+    void* a = NULL;
+    void* b = NULL;
+    void* c = NULL;
+    void* low = NULL;
+    void* big = NULL;
+    CHECK_OK(sdalloc_malloc(pool, 6 * MIB, NULL, &a));
+    CHECK_OK(sdalloc_malloc(pool, 6 * MIB, NULL, &b));
+    CHECK_OK(sdalloc_free(pool, a, NULL));
+    CHECK_OK(sdalloc_free(pool, b, NULL));
+    CHECK_OK(sdalloc_malloc(pool, 10 * MIB, NULL, &c));
+    sdalloc_stats_t stats;
+    stats.struct_size = sizeof stats;
+    CHECK_OK(sdalloc_pool_stats(pool, &stats));
+    CHECK(stats.reserved_bytes == (on ? 12 : 10) * MIB);
+    CHECK_OK(sdalloc_free(pool, c, NULL));
+    CHECK_OK(sdalloc_malloc(pool, MIB, NULL, &low));
+    CHECK_OK(sdalloc_malloc(pool, 16 * MIB, NULL, &big));
+    CHECK_OK(sdalloc_pool_stats(pool, &stats));
+    CHECK(stats.segments == (on ? 1u : 2u));
+    CHECK(stats.reserved_bytes == (on ? 17 : 26) * MIB);
+    CHECK_OK(sdalloc_free(pool, big, NULL));
+    CHECK_OK(sdalloc_free(pool, low, NULL));
+    sdalloc_pool_destroy(pool);
+  }
+}
+
 static void initial_reservation_is_taken_at_creation_and_kept(void) {
   g_test = "initial_reservation_is_taken_at_creation_and_kept";
   sdalloc_pool_config_t config;
@@ -1041,6 +1085,7 @@ int main(void) {
   pool_create_rejects_bad_arguments();
   pool_create_with_null_config_uses_defaults();
   small_pool_limit_zero_takes_min_segment_size_segments();
+  spare_pages_and_arena_growth_follow_the_config();
   initial_reservation_is_taken_at_creation_and_kept();
   hugepage_pool_serves_2mib_aligned_segments();
 

@@ -59,7 +59,8 @@ def test_ctypes_structs_match_the_c_header(libraries, tmp_path):  # pylint: disa
     repo_include = os.path.join(os.path.dirname(__file__), "..", "..", "include")
     checks = [("sdalloc_pool_config_t", _native.PoolConfig,
                ("replan_after_divergent_steps", "planned", "max_plans",
-                "planner_max_search_nodes", "small_pool_limit", "small_granularity")),
+                "planner_max_search_nodes", "small_pool_limit", "small_granularity",
+                "keep_spare_pages", "grow_arena")),
               ("sdalloc_step_stats_t", _native.StepStats,
                ("struct_size",) + STEP_FIELDS)]
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "sdalloc/sdalloc.h"',
@@ -80,9 +81,9 @@ def test_ctypes_structs_match_the_c_header(libraries, tmp_path):  # pylint: disa
     printed = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
     assert [int(v) for v in printed.split()] == expected
     assert [name for name, _ in _native.StepStats._fields_] == ["struct_size", *STEP_FIELDS]
-    assert [name for name, _ in _native.PoolConfig._fields_][-6:] == [
+    assert [name for name, _ in _native.PoolConfig._fields_][-8:] == [
         "replan_after_divergent_steps", "planned", "max_plans", "planner_max_search_nodes",
-        "small_pool_limit", "small_granularity"]
+        "small_pool_limit", "small_granularity", "keep_spare_pages", "grow_arena"]
 
 
 # --------------------------------------------------------------------------- host pools
