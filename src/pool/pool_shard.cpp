@@ -201,12 +201,16 @@ Block* PoolShard::add_segment(Segment* segment) {
   return adopt(segment, block);
 }
 
-Block* PoolShard::adopt(Segment* segment, Block* block) {
-  ++figures.segments;
-  figures.reserved_bytes += segment->size;
+void PoolShard::count_reserved(std::size_t bytes) {
+  figures.reserved_bytes += bytes;
   if (figures.reserved_bytes > figures.peak_reserved_bytes) {
     figures.peak_reserved_bytes = figures.reserved_bytes;
   }
+}
+
+Block* PoolShard::adopt(Segment* segment, Block* block) {
+  ++figures.segments;
+  count_reserved(segment->size);
   segment->prev = nullptr;
   segment->next = segments;
   if (segments != nullptr) segments->prev = segment;
@@ -284,10 +288,7 @@ Block* PoolShard::extend_segment(Segment* segment, std::size_t extra, Block* rec
     last = tail;
   }
   segment->size += extra;
-  figures.reserved_bytes += extra;
-  if (figures.reserved_bytes > figures.peak_reserved_bytes) {
-    figures.peak_reserved_bytes = figures.reserved_bytes;
-  }
+  count_reserved(extra);
   index_of(last).insert(last);
   return last;
 }

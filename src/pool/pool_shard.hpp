@@ -162,6 +162,8 @@ class alignas(64) PoolShard {
   Block* make_live(Block* block, std::size_t requested);
   Block* split(Block* block, std::size_t first_size);
   void absorb_next(Block* block);
+  // Adds to the shard's reserved bytes and raises their peak.
+  void count_reserved(std::size_t bytes);
 
   mutable SpinLock mutex;
   const Stream stream;

@@ -153,6 +153,15 @@ void FreshPages::note(const void* piece, std::size_t bytes) {
 namespace {
 constexpr std::size_t kPage = 4096;
 
+// The bytes of whole pages the non-null ranges hold.
+std::size_t pages_of(std::span<const ResourceRange> ranges) {
+  std::size_t bytes = 0;
+  for (const ResourceRange& range : ranges) {
+    if (range.ptr != nullptr) bytes += round_up(range.bytes, kPage);
+  }
+  return bytes;
+}
+
 OutOfMemoryInfo info_of(std::size_t requested, std::size_t held, std::size_t capacity) {
   OutOfMemoryInfo info;
   info.requested = requested;
@@ -187,18 +196,21 @@ void* RangeResource::carve_counted(std::size_t bytes, std::size_t length, std::s
   return piece;
 }
 
+// A failed MAP_FIXED may leave a hole: the piece is protected again before it goes back.
+void RangeResource::refuse_piece(void* piece, std::size_t length, std::size_t requested,
+                                 int error) {
+  ReservedRange::protect(piece, length);
+  range_.uncarve(piece, length);
+  const std::size_t held = held_.fetch_sub(length, std::memory_order_relaxed) - length;
+  throw OutOfMemory::describe("the drop-in's address range", info_of(requested, held, capacity_),
+                              std::string("mmap: ") + std::strerror(error));
+}
+
 void* RangeResource::do_allocate(std::size_t bytes, Stream /*stream*/) {
   if (bytes == 0) return nullptr;
   const std::size_t length = round_up(bytes, kPage);
   void* piece = carve_counted(bytes, length, 0);
-  if (!ReservedRange::commit(piece, length)) {
-    const int error = errno;
-    ReservedRange::protect(piece, length);  // a failed MAP_FIXED may leave a hole
-    range_.uncarve(piece, length);
-    const std::size_t before = held_.fetch_sub(length, std::memory_order_relaxed) - length;
-    throw OutOfMemory::describe("the drop-in's address range", info_of(bytes, before, capacity_),
-                                std::string("mmap: ") + std::strerror(error));
-  }
+  if (!ReservedRange::commit(piece, length)) refuse_piece(piece, length, bytes, errno);
   FreshPages::of_this_thread().note(piece, length);
   return piece;
 }
@@ -216,10 +228,7 @@ void RangeResource::do_deallocate(void* ptr, std::size_t bytes, Stream /*stream*
 // which another mmap could take) and given back to the range.
 void* RangeResource::do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
                                  Stream stream) {
-  std::size_t returning = 0;
-  for (const ResourceRange& range : ranges) {
-    if (range.ptr != nullptr) returning += round_up(range.bytes, kPage);
-  }
+  const std::size_t returning = pages_of(ranges);
   void* piece = nullptr;
   const std::size_t length = round_up(bytes, kPage);
   try {
@@ -234,12 +243,7 @@ void* RangeResource::do_coalesce(std::span<const ResourceRange> ranges, std::siz
   if (piece == nullptr) return nullptr;
   void* const rest = reinterpret_cast<void*>(start + offset);
   if (!moved_all || (offset < length && !ReservedRange::commit(rest, length - offset))) {
-    const int error = errno;
-    ReservedRange::protect(piece, length);
-    range_.uncarve(piece, length);
-    const std::size_t before = held_.fetch_sub(length, std::memory_order_relaxed) - length;
-    throw OutOfMemory::describe("the drop-in's address range", info_of(bytes, before, capacity_),
-                                std::string("mmap: ") + std::strerror(error));
+    refuse_piece(piece, length, bytes, errno);
   }
   if (offset < length) FreshPages::of_this_thread().note(rest, length - offset);
   return piece;
@@ -274,10 +278,7 @@ bool RangeResource::do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
     for (const ResourceRange& range : donors) do_deallocate(range.ptr, range.bytes, stream);
     return true;
   }
-  std::size_t returning = 0;
-  for (const ResourceRange& range : donors) {
-    if (range.ptr != nullptr) returning += round_up(range.bytes, kPage);
-  }
+  const std::size_t returning = pages_of(donors);
   const std::size_t before = held_.fetch_add(extra, std::memory_order_relaxed);
   const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(ptr) + length;
   if ((capacity_ != 0 && before - returning + extra > capacity_) ||
@@ -289,12 +290,7 @@ bool RangeResource::do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
   const std::size_t offset = move_donors(donors, end, extra, moved_all);
   void* const rest = reinterpret_cast<void*>(end + offset);
   if (!moved_all || (offset < extra && !ReservedRange::commit(rest, extra - offset))) {
-    const int error = errno;
-    ReservedRange::protect(reinterpret_cast<void*>(end), extra);
-    range_.uncarve(reinterpret_cast<void*>(end), extra);
-    const std::size_t held = held_.fetch_sub(extra, std::memory_order_relaxed) - extra;
-    throw OutOfMemory::describe("the drop-in's address range", info_of(new_bytes, held, capacity_),
-                                std::string("mmap: ") + std::strerror(error));
+    refuse_piece(reinterpret_cast<void*>(end), extra, new_bytes, errno);
   }
   if (offset < extra) FreshPages::of_this_thread().note(rest, extra - offset);
   return true;

@@ -120,6 +120,9 @@ class RangeResource final : public MemoryResource {
   // in `moved_all` when a move failed (that part is then unmapped).
   std::size_t move_donors(std::span<const ResourceRange> donors, std::uintptr_t start,
                           std::size_t length, bool& moved_all);
+  // Gives back a piece of `length` bytes carved for `requested` that could not be mapped
+  // (counted in held) and throws OutOfMemory with mmap's `error`.
+  [[noreturn]] void refuse_piece(void* piece, std::size_t length, std::size_t requested, int error);
   // Carves and counts a piece of `length` bytes, still PROT_NONE; throws OutOfMemory
   // (nothing changed) past the capacity or when no place is left. `returning` bytes are on
   // their way back and do not count against the capacity.

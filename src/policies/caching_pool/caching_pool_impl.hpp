@@ -114,6 +114,12 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // work faulted in become the new range's), else returned one by one and then allocated.
   // The segments go back either way; throws what allocate throws.
   void* exchange_segments(const std::vector<Segment*>& segments, std::size_t bytes, Stream stream);
+  // The segments' ranges, for a coalesce or a grow; shorter than `segments` (empty) when
+  // there is no memory for the list.
+  static std::vector<ResourceRange> ranges_of(const std::vector<Segment*>& segments);
+  // Forgets segments already unlinked whose ranges the resource has taken back (a coalesce,
+  // a grow): off the held counters, counted as released.
+  void forget_returned(const std::vector<Segment*>& segments);
   // Arenas grow in place only where the resource can.
   bool grows_arena() const { return options.grow_arena && upstream_grows; }
   // Spare pages are kept only where the resource moves pages into a new range.

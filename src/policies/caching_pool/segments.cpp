@@ -154,27 +154,35 @@ void* CachingPool::Impl::exchange_segments(const std::vector<Segment*>& segments
                                            Stream stream) {
   if (segments.empty()) return upstream.allocate(bytes, stream);
   std::vector<ResourceRange> ranges;
-  if (upstream.can_coalesce()) {
-    try {
-      ranges.reserve(segments.size());
-    } catch (const std::bad_alloc&) {
-      ranges.clear();  // no room for the list: the plain way below needs none
-    }
-  }
-  if (ranges.capacity() < segments.size()) {
+  if (upstream.can_coalesce()) ranges = ranges_of(segments);
+  if (ranges.size() < segments.size()) {  // the plain way: it needs no list
     return_segments(segments, stream);
     return upstream.allocate(bytes, stream);
   }
+  // A resource that coalesces cannot fail to take the ranges back: they are released
+  // whether or not the new range is refused.
+  forget_returned(segments);
+  return upstream.coalesce(ranges, bytes, stream);
+}
+
+std::vector<ResourceRange> CachingPool::Impl::ranges_of(const std::vector<Segment*>& segments) {
+  std::vector<ResourceRange> ranges;
+  try {
+    ranges.reserve(segments.size());
+  } catch (const std::bad_alloc&) {
+    return ranges;  // no room for the list
+  }
+  for (const Segment* s : segments) ranges.push_back({reinterpret_cast<void*>(s->base), s->size});
+  return ranges;
+}
+
+void CachingPool::Impl::forget_returned(const std::vector<Segment*>& segments) {
   for (Segment* s : segments) {
-    ranges.push_back({reinterpret_cast<void*>(s->base), s->size});
     counters.held_bytes.sub(s->size);
     counters.held_ranges.sub(1);
     delete s;
   }
-  // A resource that coalesces cannot fail to take the ranges back: they are released
-  // whether or not the new range is refused.
-  counters.segment_releases.fetch_add(ranges.size(), std::memory_order_relaxed);
-  return upstream.coalesce(ranges, bytes, stream);
+  counters.segment_releases.fetch_add(segments.size(), std::memory_order_relaxed);
 }
 
 void CachingPool::Impl::destroy_segment(PoolShard& shard, Segment* segment) noexcept {
@@ -250,28 +258,17 @@ void* CachingPool::Impl::grow_arena(PoolShard& shard, const Fit& fit, std::size_
     unmark();
     throw;
   }
-  const auto forget = [this](const std::vector<Segment*>& returned) {
-    for (Segment* s : returned) {
-      counters.held_bytes.sub(s->size);
-      counters.held_ranges.sub(1);
-      counters.segment_releases.fetch_add(1, std::memory_order_relaxed);
-      delete s;
-    }
-  };
+  const std::vector<ResourceRange> ranges = ranges_of(donors);
+  if (ranges.size() < donors.size()) {  // no room for the list: fresh pages instead
+    return_segments(donors, shard.stream);
+    donors.clear();
+  }
   bool grown = false;
   try {
-    std::vector<ResourceRange> ranges;
-    try {
-      ranges.reserve(donors.size());
-    } catch (const std::bad_alloc&) {
-      return_segments(donors, shard.stream);  // no room for the list: fresh pages instead
-      donors.clear();
-    }
-    for (const Segment* s : donors) ranges.push_back({reinterpret_cast<void*>(s->base), s->size});
     grown = upstream.grow(reinterpret_cast<void*>(arena->base), arena->size, arena->size + extra,
                           ranges, shard.stream);
   } catch (const Error&) {
-    forget(donors);  // refused: the resource has taken the donors back all the same
+    forget_returned(donors);  // refused: the resource has taken the donors back all the same
     std::lock_guard lock(shard.mutex);
     unmark();
     return nullptr;  // the new segment's path meets the refusal and its OOM handling
@@ -292,7 +289,7 @@ void* CachingPool::Impl::grow_arena(PoolShard& shard, const Fit& fit, std::size_
     if (!kept) return_segments(donors, shard.stream);
     return nullptr;
   }
-  forget(donors);
+  forget_returned(donors);
   std::lock_guard lock(shard.mutex);
   arena->growing = false;
   Block* tail = shard.extend_segment(arena, extra, record);
