@@ -8,17 +8,24 @@
 //                                  (minor faults: no allocation, no zeroing).
 //   BM_Vm_RemapPopulateTouch/<page>  the same with MAP_POPULATE (HostVirtualMemoryOptions::
 //                                  populate): one call instead of one fault per 4 KiB.
+//   BM_Vm_MovePages/<n>            n 64 KiB pages (one run of extents) moved by one
+//                                  HostVirtualMemory::move and written: a VirtualMemoryPool
+//                                  page move since 2026-12-03.
+//   BM_Vm_UnmapMapPages/<n>        the same by unmap + map per page (the pool's moves before,
+//                                  and where the memory cannot move).
 //   BM_Vm_FreshChunkTouch/<page>   create, map, touch, unmap, destroy: a chunk's first use.
 //   BM_Anon_FreshTouch/<page>      mmap anonymous, touch, munmap: what a plain pool's new
 //                                  segment pays (HostResource).
 //   BM_CachedAllocFree_Vmm/<size>  VirtualMemoryPool's warm alloc+free path, beside
 //                                  BM_CachedAllocFree_Pool (cached_alloc_bench.cpp).
 // Run: build/.../bench/sdalloc_bench --benchmark_filter='Vm|Anon|CachedAllocFree_(Vmm|Pool)/4096'
+// (the moves alone: --benchmark_filter='Vm_(Move|UnmapMap)Pages')
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "sdalloc/policies/virtual_memory_pool.hpp"
 #include "sdalloc/resources/host_virtual_memory.hpp"
@@ -78,6 +85,54 @@ BENCHMARK(BM_Vm_RemapTouch)->Apply(PageSizes);
 
 void BM_Vm_RemapPopulateTouch(benchmark::State& state) { remap_touch(state, true); }
 BENCHMARK(BM_Vm_RemapPopulateTouch)->Apply(PageSizes);
+
+// `count` 64 KiB chunks, created and mapped in order (one kernel mapping), written, then
+// moved between two places of one range, and written again at each: the VirtualMemoryPool's
+// page moves, by HostVirtualMemory::move (one call for the run) or by an unmap and a
+// populating map per page (what the pool did before, and does where the memory cannot move).
+void move_pages(benchmark::State& state, bool by_move) {
+  constexpr std::size_t kChunk = 64 << 10;
+  const auto count = static_cast<std::size_t>(state.range(0));
+  HostVirtualMemory memory(HostVirtualMemoryOptions{.move_mappings = by_move});
+  if (by_move && !memory.can_move()) {
+    state.SkipWithError("this kernel cannot move shared mappings (Linux 5.13)");
+    return;
+  }
+  const std::size_t bytes = count * kChunk;
+  auto* base = static_cast<char*>(memory.reserve(2 * bytes));
+  std::vector<PhysicalChunk> chunks;
+  for (std::size_t i = 0; i < count; ++i) {
+    chunks.push_back(memory.create(kChunk));
+    memory.map(base + i * kChunk, chunks.back());
+  }
+  touch(base, bytes);
+  std::size_t at = 0;
+  for (auto _ : state) {
+    char* from = base + at * bytes;
+    char* to = base + (at ^ 1) * bytes;
+    if (by_move) {
+      memory.move(from, to, chunks.data(), count, Stream{});
+    } else {
+      for (std::size_t i = 0; i < count; ++i) {
+        memory.unmap(from + i * kChunk, kChunk, Stream{});
+        memory.map(to + i * kChunk, chunks[i]);
+      }
+    }
+    touch(to, bytes);
+    at ^= 1;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * count));
+  for (std::size_t i = 0; i < count; ++i)
+    memory.unmap(base + at * bytes + i * kChunk, kChunk, Stream{});
+  for (const PhysicalChunk& chunk : chunks) memory.destroy(chunk);
+  memory.release(base, 2 * bytes);
+}
+
+void BM_Vm_MovePages(benchmark::State& state) { move_pages(state, true); }
+BENCHMARK(BM_Vm_MovePages)->Arg(1)->Arg(16);
+
+void BM_Vm_UnmapMapPages(benchmark::State& state) { move_pages(state, false); }
+BENCHMARK(BM_Vm_UnmapMapPages)->Arg(1)->Arg(16);
 
 void BM_Vm_FreshChunkTouch(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));

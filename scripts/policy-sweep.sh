@@ -7,8 +7,8 @@
 # ROUNDS times (default 3) with all ALLOCATORS in the same run (default
 # pool,vmm,planned,tcmalloc,glibc: interleaved, so a busy machine slows them alike), and
 # prints one row per trace: x live (peak reserved / peak live) and s/pass (replay's median
-# over the passes) of each allocator, as the median of the rounds, and vmm's maps and
-# unmaps per pass. x live does not depend on the round; s/pass does, hence the median.
+# over the passes) of each allocator, as the median of the rounds, and vmm's map, unmap and
+# move calls and pages moved per pass. x live does not depend on the round; s/pass does, hence the median.
 # With pool, vmm, planned and tcmalloc all in the run, it then lists each trace that misses
 # one of issue 16's bars, and on how many traces they all hold.
 # -c passes --pool-conf to the pool (e.g. -c huge_threshold:128MiB for the old default).
@@ -52,7 +52,7 @@ out_dir, allocators, passes, traces = sys.argv[1], sys.argv[2].split(","), int(s
 head = ["trace", "peak live MiB"]
 for a in allocators:
     head += [f"{a} x", f"{a} s/pass"]
-head += ["vmm maps/pass", "vmm unmaps/pass"]
+head += ["vmm maps/pass", "vmm unmaps/pass", "vmm moves/pass", "vmm pages moved/pass"]
 rows = []
 for trace in traces:
     name = os.path.basename(trace)
@@ -66,12 +66,13 @@ for trace in traces:
             continue
         row.append(f"{statistics.median(r['ratio'] for r in ran):.3f}")
         row.append(f"{statistics.median(statistics.median(r['pass_seconds']) for r in ran):.3f}")
-    maps = unmaps = "-"
+    calls = ["-"] * 4
     for r in by.get("vmm", []):
-        m = re.search(r"maps (\d+), unmaps (\d+)", r.get("counters") or "")
+        m = re.search(r"maps (\d+), unmaps (\d+), moves (\d+), pages moved (\d+)",
+                      r.get("counters") or "")
         if m:
-            maps, unmaps = f"{int(m.group(1)) / passes:.0f}", f"{int(m.group(2)) / passes:.0f}"
-    rows.append(row + [maps, unmaps])
+            calls = [f"{int(m.group(i)) / passes:.0f}" for i in range(1, 5)]
+    rows.append(row + calls)
 print("| " + " | ".join(head) + " |")
 print("|" + "---|" * len(head))
 for row in rows:

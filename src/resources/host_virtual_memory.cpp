@@ -39,6 +39,48 @@ std::string system_error(const char* call, int error) {
   return std::string(call) + " failed: " + std::strerror(error);
 }
 
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4  // Linux 5.7 (shared mappings: 5.13); older C headers lack it
+#endif
+
+// Moves the mapping [from, from + bytes) (one kernel mapping) to `to`, page tables and all,
+// and makes `from` reserved space again. Answers 0 or the errno of the refused mremap, in
+// which case nothing moved.
+int move_mapping(void* from, void* to, std::size_t bytes) {
+  if (::mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to) ==
+      MAP_FAILED) {
+    return errno;
+  }
+  // DONTUNMAP left `from` mapped to the same extent without page tables: never a hole
+  // another thread's mmap could land in. Reserved space again in one step; should the
+  // system refuse that, the empty mapping stays until the next map there or the range's
+  // release (only a use after free could touch it, and it would see the same pages).
+  (void)::mmap(from, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+               0);
+  return 0;
+}
+
+// Whether mremap with MREMAP_DONTUNMAP moves a shared mapping here (Linux 5.13): tried once
+// on a page of a scratch memfd.
+bool can_move_shared_mappings() {
+  const int fd = ::memfd_create("sdalloc-vm-probe", MFD_CLOEXEC);
+  if (fd < 0) return false;
+  bool works = false;
+  constexpr std::size_t kPage = 4096;
+  void* area =
+      ::mmap(nullptr, 2 * kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (area != MAP_FAILED) {
+    char* first = static_cast<char*>(area);
+    if (::ftruncate(fd, kPage) == 0 &&
+        ::mmap(first, kPage, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED) {
+      works = move_mapping(first, first + kPage, kPage) == 0;
+    }
+    ::munmap(area, 2 * kPage);
+  }
+  ::close(fd);
+  return works;
+}
+
 // The memfd grows in steps of at least this much (it is sparse: size costs nothing).
 constexpr std::uint64_t kFileGrowth = std::uint64_t{1} << 30;
 
@@ -71,6 +113,7 @@ HostVirtualMemory::HostVirtualMemory(HostVirtualMemoryOptions options)
   }
   fd_ = ::memfd_create("sdalloc-vm", MFD_CLOEXEC);
   if (fd_ < 0) throw Error("HostVirtualMemory: " + system_error("memfd_create", errno));
+  moves_ = options_.move_mappings && can_move_shared_mappings();
 }
 
 HostVirtualMemory::~HostVirtualMemory() {
@@ -297,6 +340,100 @@ void HostVirtualMemory::unmap(void* address, std::size_t bytes, Stream) {
   }
   std::lock_guard lock(mutex_);
   t.ledger.remove_mapping(addr);
+}
+
+void HostVirtualMemory::move(void* from, void* to, const PhysicalChunk* chunks, std::size_t count,
+                             Stream) {
+  if (!moves_) {
+    throw InvalidArgument(name() + ": move is not supported here (" +
+                          (options_.move_mappings ? "Linux before 5.13" : "move_mappings is off") +
+                          ")");
+  }
+  if (count == 0) return;
+  if (chunks == nullptr) {
+    throw InvalidArgument(name() + ": move of " + std::to_string(count) +
+                          " chunks without the chunks");
+  }
+  const auto src = reinterpret_cast<std::uintptr_t>(from);
+  const auto dst = reinterpret_cast<std::uintptr_t>(to);
+  Tables& t = *tables_;
+  std::size_t total = 0;
+  {
+    std::lock_guard lock(mutex_);
+    for (std::size_t i = 0; i < count; ++i) {
+      const detail::VirtualMemoryLedger::Mapping* m =
+          t.ledger.find_mapping(src + total, chunks[i].bytes);
+      if (m == nullptr || m->chunk != chunks[i].handle) {
+        throw InvalidArgument(name() + ": move of chunk " + std::to_string(chunks[i].handle) +
+                              " (" + format_bytes(chunks[i].bytes) + ") from " + hex(src + total) +
+                              ", which is not where map() put it");
+      }
+      total += chunks[i].bytes;
+    }
+    if (dst % kPageSize != 0 || t.ledger.range_holding(dst, total) == t.ledger.ranges().end()) {
+      throw InvalidArgument(name() + ": move to " + hex(dst) + " of " + format_bytes(total) +
+                            ": not a page-aligned place inside a reserved range");
+    }
+    if (t.ledger.overlaps_mapping(dst, total)) {  // the chunks' own places included
+      throw InvalidArgument(name() + ": move to " + hex(dst) + " of " + format_bytes(total) +
+                            " overlaps a mapping");
+    }
+    // Claimed: from here the tables show the chunks at their new places.
+    for (std::size_t i = 0, offset = 0; i < count; offset += chunks[i++].bytes) {
+      t.ledger.move_mapping(src + offset, dst + offset);
+    }
+  }
+  // One mremap per run of chunks whose extents follow each other (one kernel mapping, as
+  // map() made it where they were mapped in that order).
+  const auto run_end = [&](std::size_t i, std::size_t& bytes) {
+    bytes = chunks[i].bytes;
+    for (++i; i < count && chunks[i].handle == chunks[i - 1].handle + chunks[i - 1].bytes; ++i) {
+      bytes += chunks[i].bytes;
+    }
+    return i;
+  };
+  const auto at = [](std::uintptr_t base, std::size_t offset) {
+    return reinterpret_cast<void*>(base + offset);
+  };
+  std::size_t moved = 0;  // bytes from the start, in whole runs
+  for (std::size_t i = 0; i < count;) {
+    std::size_t bytes = 0;
+    const std::size_t next = run_end(i, bytes);
+    if (const int error = move_mapping(at(src, moved), at(dst, moved), bytes); error != 0) {
+      // Back where they were, run by run; a run the system will not move back either stays
+      // at its new place, and the tables say so (both refusals in a row: no memory left
+      // for kernel mappings at all).
+      std::size_t stuck = 0;
+      std::lock_guard lock(mutex_);
+      for (std::size_t k = 0, offset = 0; k < count;) {
+        std::size_t back = 0;
+        const std::size_t after = run_end(k, back);
+        if (offset < moved && move_mapping(at(dst, offset), at(src, offset), back) != 0) {
+          stuck += back;
+          offset += back;
+          k = after;
+          continue;
+        }
+        for (; k < after; offset += chunks[k++].bytes) {
+          t.ledger.move_mapping(dst + offset, src + offset);
+        }
+      }
+      const std::string what = "move from " + hex(src) + " to " + hex(dst) + " of " +
+                               format_bytes(total) + ": " + system_error("mremap", error);
+      if (stuck != 0) {
+        throw Error(name() + ": " + what + "; " + format_bytes(stuck) +
+                    " moved before could not move back and stay at the new place");
+      }
+      if (error == ENOMEM) {
+        OutOfMemoryInfo info;
+        info.requested = total;
+        throw OutOfMemory::describe(name(), info, what);
+      }
+      throw Error(name() + ": " + what);
+    }
+    moved += bytes;
+    i = next;
+  }
 }
 
 // ---------------------------------------------------------------------------------------

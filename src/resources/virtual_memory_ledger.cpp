@@ -4,6 +4,8 @@
 // starting at or below the address, so each question is one O(log n) search.
 #include "resources/virtual_memory_ledger.hpp"
 
+#include <utility>
+
 namespace sdalloc::detail {
 
 // ---------------------------------------------------------------------------------------
@@ -92,6 +94,13 @@ void VirtualMemoryLedger::remove_mapping(std::uintptr_t address) {
   }
   mapped_bytes_ -= it->second.bytes;
   mappings_.erase(it);
+}
+
+void VirtualMemoryLedger::move_mapping(std::uintptr_t from, std::uintptr_t to) noexcept {
+  auto node = mappings_.extract(from);
+  if (node.empty()) return;
+  node.key() = to;
+  mappings_.insert(std::move(node));
 }
 
 }  // namespace sdalloc::detail

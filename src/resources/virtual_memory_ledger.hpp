@@ -61,6 +61,10 @@ class VirtualMemoryLedger {
   void add_mapping(std::uintptr_t address, std::uint64_t chunk, std::size_t bytes);
   // Forgets the mapping at `address` (one find_mapping() found) and unmarks its chunk.
   void remove_mapping(std::uintptr_t address);
+  // Moves the mapping at `from` (one find_mapping() found) to `to`, where no mapping may
+  // be. Allocates nothing (the map's node moves), so it cannot fail: a move and its undo
+  // are both safe.
+  void move_mapping(std::uintptr_t from, std::uintptr_t to) noexcept;
 
   // --- what exists now
   const Ranges& ranges() const { return ranges_; }

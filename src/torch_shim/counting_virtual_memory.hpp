@@ -1,6 +1,7 @@
 // counting_virtual_memory.hpp - a VirtualMemory that forwards every call to another and
-// counts the unmaps, so the shim can say how often a mode:vmm pool moves pages (each unmap
-// waits for work that may still use the page; gpu-check counts them in timed iterations).
+// counts the calls that take pages from where they were (unmap, and move where the inner
+// object moves), so the shim can say how often a mode:vmm pool moves pages (each such call
+// waits for work that may still use the pages; gpu-check counts them in timed iterations).
 //
 // Invariant: behaviour is exactly the inner object's; only unmaps() is added.
 #pragma once
@@ -30,6 +31,12 @@ class CountingVirtualMemory final : public VirtualMemory {
   void map(void* address, PhysicalChunk chunk) override { inner_->map(address, chunk); }
   void unmap(void* address, std::size_t bytes, Stream last_use) override {
     inner_->unmap(address, bytes, last_use);
+    unmaps_.fetch_add(1, std::memory_order_relaxed);
+  }
+  [[nodiscard]] bool can_move() const override { return inner_->can_move(); }
+  void move(void* from, void* to, const PhysicalChunk* chunks, std::size_t count,
+            Stream last_use) override {
+    inner_->move(from, to, chunks, count, last_use);
     unmaps_.fetch_add(1, std::memory_order_relaxed);
   }
   [[nodiscard]] std::size_t physical_capacity() const override {

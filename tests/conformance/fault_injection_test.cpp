@@ -235,10 +235,10 @@ struct VirtualStack {
 };
 
 using Kinds = std::vector<ResourceCall>;
-const Kinds kEveryCall = {ResourceCall::kAllocate, ResourceCall::kDeallocate,
-                          ResourceCall::kCoalesce, ResourceCall::kGrow,
-                          ResourceCall::kReserve,  ResourceCall::kCreate,
-                          ResourceCall::kMap,      ResourceCall::kUnmap};
+const Kinds kEveryCall = {
+    ResourceCall::kAllocate, ResourceCall::kDeallocate, ResourceCall::kCoalesce,
+    ResourceCall::kGrow,     ResourceCall::kReserve,    ResourceCall::kCreate,
+    ResourceCall::kMap,      ResourceCall::kUnmap,      ResourceCall::kMove};
 
 // Runs the replay with the k-th call of `kinds` failing (nullopt: none); returns the
 // violation, empty when every check held. `calls` gets the number of calls the run counted.

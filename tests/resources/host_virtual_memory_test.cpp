@@ -1,24 +1,24 @@
 // host_virtual_memory_test.cpp - HostVirtualMemory: ranges, memfd chunks, mappings, misuse.
 #include "sdalloc/resources/host_virtual_memory.hpp"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "sdalloc/core/errors.hpp"
+#include "support/mapped_pages.hpp"
 #include "support/test_support.hpp"
 
 namespace sdalloc {
 namespace {
 
 using test::Contains;
+using test::kernel_mappings;
+using test::present_pages;
 
 constexpr std::size_t kPage = HostVirtualMemory::kPageSize;
 constexpr std::size_t kChunk = 16 * kPage;
@@ -50,25 +50,6 @@ TEST(HostVirtualMemory, MappedChunkIsWritableAndNewChunksReadAsZeros) {
   EXPECT_EQ(memory.physical_bytes(), 0u);
   EXPECT_EQ(memory.mapped_bytes(), 0u);
   EXPECT_EQ(memory.reserved_bytes(), 0u);
-}
-
-// Pages of [base, base + bytes) whose page-table entry is present (/proc/self/pagemap,
-// bit 63). Asked of the page tables, not counted as faults: a sanitizer's shadow memory
-// faults on first use too, which made a fault count fail under ASan for pages that were
-// present all along.
-std::size_t present_pages(const void* base, std::size_t bytes) {
-  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-  EXPECT_GE(fd, 0) << "opening /proc/self/pagemap";
-  std::vector<std::uint64_t> entries(bytes / kPage);
-  const auto first = reinterpret_cast<std::uintptr_t>(base) / kPage;
-  const std::size_t length = entries.size() * sizeof(std::uint64_t);
-  EXPECT_EQ(::pread(fd, entries.data(), length, static_cast<off_t>(first * sizeof(std::uint64_t))),
-            static_cast<ssize_t>(length))
-      << "reading /proc/self/pagemap";
-  ::close(fd);
-  std::size_t present = 0;
-  for (const std::uint64_t entry : entries) present += (entry >> 63) & 1;
-  return present;
 }
 
 // A chunk mapped again is a page moving: its page tables are built in the map call
@@ -216,12 +197,6 @@ TEST(HostVirtualMemory, PhysicalLimitFailsCreateWithOutOfMemory) {
 }
 
 // The process's kernel mappings now: one line of /proc/self/maps each.
-std::size_t kernel_mappings() {
-  std::ifstream maps("/proc/self/maps");
-  std::size_t lines = 0;
-  for (std::string line; std::getline(maps, line);) ++lines;
-  return lines;
-}
 
 // Issue 15, F3: one mapping per chunk hit vm.max_map_count (65,530) at about 4 GiB of
 // 64 KiB chunks. Chunks created one after another are adjacent memfd extents; mapped in

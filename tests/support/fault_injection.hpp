@@ -5,13 +5,14 @@
 // (0, 1, 2, ... in the order they are made) and can be armed to fail one of them: "the k-th
 // call from now". FaultInjectingResource wraps a MemoryResource (allocate, deallocate, and
 // coalesce where its upstream coalesces; split passes through) and FaultInjectingVirtualMemory a
-// VirtualMemory (reserve, create, map, unmap); both count into one FaultPlan, so a test that first
-// counts the calls of a clean run can then fail each of them, one run per k.
+// VirtualMemory (reserve, create, map, unmap, and move where it moves); both count into one
+// FaultPlan, so a test that first counts the calls of a clean run can then fail each of them, one
+// run per k.
 //
 // A failed call does nothing below and throws what a real failure of that call would:
 // OutOfMemory for allocate, reserve and create (the resource has no memory) and for
 // coalesce (whose ranges still go back, as its contract says), sdalloc::Error
-// for deallocate, map and unmap (the driver refused). Calls that only give back what was
+// for deallocate, map, unmap and move (the driver refused). Calls that only give back what was
 // never handed out or clean up (release, destroy) are passed through uncounted: pools call
 // them from destructors and from rollbacks, where there is nothing left to fail to.
 //
@@ -43,7 +44,8 @@ enum class ResourceCall : std::uint8_t {
   kReserve,
   kCreate,
   kMap,
-  kUnmap
+  kUnmap,
+  kMove
 };
 
 inline const char* resource_call_name(ResourceCall call) {
@@ -64,6 +66,8 @@ inline const char* resource_call_name(ResourceCall call) {
       return "map";
     case ResourceCall::kUnmap:
       return "unmap";
+    case ResourceCall::kMove:
+      return "move";
   }
   return "?";
 }
@@ -226,6 +230,12 @@ class FaultInjectingVirtualMemory final : public VirtualMemory {
   void unmap(void* address, std::size_t bytes, Stream last_use) override {
     plan_.count(ResourceCall::kUnmap, name());
     real_.unmap(address, bytes, last_use);
+  }
+  bool can_move() const override { return real_.can_move(); }
+  void move(void* from, void* to, const PhysicalChunk* chunks, std::size_t count,
+            Stream last_use) override {
+    plan_.count(ResourceCall::kMove, name());
+    real_.move(from, to, chunks, count, last_use);
   }
   std::size_t physical_capacity() const override { return real_.physical_capacity(); }
   std::string name() const override { return "faulty(" + real_.name() + ")"; }

@@ -52,6 +52,8 @@
 //            ENOSPC/ENOMEM from the memfd), Error for other failures.
 //   map      OutOfMemory when the system lacks the resources to map (page tables: ENOMEM,
 //            CUDA_ERROR_OUT_OF_MEMORY), Error otherwise; nothing is mapped either way.
+//   move     OutOfMemory when the system lacks the resources to map (Linux at its mapping
+//            limit), Error otherwise; nothing has moved either way.
 //   release, destroy, unmap  cannot fail when the rules are kept; a failure reported by the
 //            system there (a broken device) is thrown as Error, and what was being freed is
 //            then lost (leaked), never half-freed.
@@ -113,6 +115,23 @@ class VirtualMemory {
   // on `last_use` so far has completed; the chunk keeps its contents and may be mapped
   // again. See "Work done before unmap".
   virtual void unmap(void* address, std::size_t bytes, Stream last_use) = 0;
+
+  // --- moving mappings (optional) -----------------------------------------------------
+  // Whether move() works here. A caller that cannot move unmaps and maps instead, which
+  // has the same result: moving is only cheaper (the host moves the page tables with the
+  // mappings, so nothing is torn down and built again, and one call moves a whole run).
+  virtual bool can_move() const { return false; }
+  // Moves `count` mappings made by map(), of `chunks` in that order, placed one after
+  // another from `from` (each chunk at the end of the one before), to the same places from
+  // `to` (inside a reserved range, over unmapped addresses that do not overlap the
+  // mappings moved), once all work queued on `last_use` so far has completed, as unmap
+  // would. Afterwards the addresses from `from` are reserved space again, and the chunks,
+  // with their contents, are mapped and accessible from `to`. All or nothing: a failure
+  // leaves every chunk where it was. Where can_move() is false: InvalidArgument. Chunks
+  // whose handles follow each other (handle + bytes) may be cheaper to move together: the
+  // host moves each such run in one system call.
+  virtual void move(void* from, void* to, const PhysicalChunk* chunks, std::size_t count,
+                    Stream last_use);
 
   // Most physical bytes this object can create, or 0 when it has no fixed limit.
   virtual std::size_t physical_capacity() const { return 0; }

@@ -125,9 +125,11 @@ struct VirtualMemoryPoolStats {
   std::size_t ranges = 0;
   std::uint64_t maps = 0;            // VirtualMemory::map calls that succeeded
   std::uint64_t unmaps = 0;          // VirtualMemory::unmap calls
+  std::uint64_t moves = 0;           // VirtualMemory::move calls (each moves a run of pages)
   std::uint64_t creates = 0;         // chunks created
   std::uint64_t destroys = 0;        // chunks destroyed
-  std::uint64_t remapped_pages = 0;  // pages moved from free space to a request (stitching)
+  std::uint64_t remapped_pages = 0;  // pages moved from free space to a request (stitching):
+                                     // by move where the memory can, else unmap + map
   std::uint64_t ooms = 0;
 };
 

@@ -43,6 +43,11 @@ void VirtualMemoryPool::Impl::order_for_mapping(Gathered& got) const {
   };
   std::sort(got.reused.begin(), got.reused.end(), higher_handle_first);
   std::sort(got.created.begin(), got.created.end(), higher_handle_first);
+  // Moved pages keep their order: those next to each other move together.
+  std::sort(got.moving.begin(), got.moving.end(),
+            [](const vm_detail::Gathered::Moving& a, const vm_detail::Gathered::Moving& b) {
+              return a.range->page_address(a.page) < b.range->page_address(b.page);
+            });
 }
 
 // =======================================================================================

@@ -101,8 +101,18 @@ void* VirtualMemoryPool::Impl::allocate_slow(PoolShard& shard, bool small, const
   for (Level level : {Level::kOwn, Level::kOthers, Level::kOutOfMemory}) {
     if (attempt.final) break;
     if (level == Level::kOthers) {
-      // As many pages as the request can touch; other streams keep the rest.
-      steal_from_other_shards(shard, page_size, fit.needed / page_size + 2, /*wait=*/false);
+      if (memory.can_move()) {
+        // Other shards' free pages move under the request in one call per run (gather);
+        // unmapped into the spares below only where that did not cover it.
+        std::lock_guard lock(shard.mutex);
+        if (void* ptr = try_allocate(shard, fit, bytes, level, attempt)) return ptr;
+        if (attempt.final) break;
+      }
+      // What this shard lacked (else as many pages as the request can touch); other
+      // streams keep the rest.
+      const std::size_t want =
+          attempt.short_pages != 0 ? attempt.short_pages : fit.needed / page_size + 2;
+      steal_from_other_shards(shard, page_size, want, /*wait=*/false);
     } else if (level == Level::kOutOfMemory) {
       oom_retries().fetch_add(1, std::memory_order_relaxed);
       steal_from_other_shards(shard, page_size, SIZE_MAX, /*wait=*/true);

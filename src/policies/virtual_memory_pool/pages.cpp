@@ -4,8 +4,12 @@
 // vm_pool_impl.hpp). back_pages is the shard's backing hook: it counts the block's unmapped
 // pages and gathers that many chunks from the spares, from free pages of this shard (or,
 // at later levels, of other shards), and from the VirtualMemory, in the order the policy
-// allows; then maps them. Whatever it cannot use goes back, so a failed attempt leaves the
-// pool as it was. A page is moved only when it lies wholly inside a free block.
+// allows; then maps them. Free pages move where the memory can move (VirtualMemory::move:
+// on the host the page tables come along, and a run of neighbours is one call): they stay
+// mapped until then, so a page that is not needed after all has cost nothing. Whatever it
+// cannot use goes back, so a failed attempt leaves the pool consistent (pages moved before
+// a failure stay as spare chunks). A page is moved only when it lies wholly inside a free
+// block.
 //
 // Mapping order: the chunks of one block are mapped in increasing handle order at
 // increasing addresses. HostVirtualMemory's handles are memfd offsets and chunks created
@@ -16,6 +20,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
 
 #include "policies/virtual_memory_pool/vm_pool_impl.hpp"
 
@@ -62,12 +67,15 @@ bool VirtualMemoryPool::Impl::back_pages(PoolShard& shard, Block* block, Level l
   try {
     gather(shard, page_size, missing, block->size, level, got, failure);
     if (got.size() < missing) {
+      attempt.short_pages = missing - got.size();
+      keep_in_place(got);
       give_back(got, page_size);
       return false;
     }
     order_for_mapping(got);
     map_pages(shard, range, first, end, got);
   } catch (...) {
+    keep_in_place(got);
     give_back(got, page_size);
     throw;
   }
@@ -84,7 +92,13 @@ void VirtualMemoryPool::Impl::gather(PoolShard& shard, std::size_t page_size, st
   const bool grow_freely = !options.remap_before_growth ||
                            within_growth_slack((missing - got.size()) * page_size, request_bytes);
   const bool remap_first = !grow_freely || level == Level::kOutOfMemory;
-  if (remap_first) steal_pages(shard, page_size, missing - got.size(), got.reused);
+  std::vector<Gathered::Moving>* defer = memory.can_move() ? &got.moving : nullptr;
+  if (remap_first) {
+    steal_pages(shard, page_size, missing - got.size(), got.reused, defer);
+    if (defer != nullptr && level != Level::kOwn && got.size() < missing) {
+      steal_to_move(shard, page_size, missing - got.size(), got);
+    }
+  }
   if (got.size() == missing) return;
   // Other shards may hold free pages too: level kOthers takes them before creating.
   const bool may_create =
@@ -95,7 +109,12 @@ void VirtualMemoryPool::Impl::gather(PoolShard& shard, std::size_t page_size, st
     std::sort(got.created_now.begin(), got.created_now.end());
   }
   if (got.size() == missing) return;
-  if (!remap_first) steal_pages(shard, page_size, missing - got.size(), got.reused);
+  if (!remap_first) {
+    steal_pages(shard, page_size, missing - got.size(), got.reused, defer);
+    if (defer != nullptr && level != Level::kOwn && got.size() < missing) {
+      steal_to_move(shard, page_size, missing - got.size(), got);
+    }
+  }
   if (got.size() < missing && failure.empty()) {
     failure = "no physical chunk available for " + std::to_string(missing - got.size()) +
               " more pages of " + format_bytes(page_size);
@@ -140,7 +159,7 @@ void VirtualMemoryPool::Impl::map_pages(PoolShard& shard, VmRange& range, std::s
   std::vector<std::size_t> mapped_here;
   mapped_here.reserve(got.size());
   try {
-    for (std::size_t p = first; p < end; ++p) {
+    for (std::size_t p = move_pages(range, first, end, got, mapped_here); p < end; ++p) {
       if (range.is_mapped(p)) continue;
       const std::uint32_t chunk = got.take();
       try {
@@ -168,6 +187,78 @@ void VirtualMemoryPool::Impl::map_pages(PoolShard& shard, VmRange& range, std::s
     }
     rethrow_map_failure(range.page_size);
   }
+}
+
+void VirtualMemoryPool::Impl::steal_to_move(PoolShard& requester, std::size_t page_size,
+                                            std::size_t want, Gathered& got) {
+  const ShardTable& t = table();
+  for (std::size_t i = 0; i < t.shards.size() && want > 0; ++i) {
+    PoolShard* other = t.shards[i];
+    if (other == &requester || page_size_at(t, i) != page_size) continue;
+    std::unique_lock lock(other->mutex, std::try_to_lock);
+    if (!lock.owns_lock() || !events.idle(other->stream)) continue;
+    // Held before a page is taken: pages in got.moving are put back under their lock,
+    // also when stealing fails halfway.
+    got.held.push_back(std::move(lock));
+    const std::size_t taken = steal_pages(*other, page_size, want, got.reused, &got.moving);
+    if (taken == 0) got.held.pop_back();
+    want -= taken;
+  }
+}
+
+std::size_t VirtualMemoryPool::Impl::move_pages(VmRange& range, std::size_t p, std::size_t end,
+                                                Gathered& got,
+                                                std::vector<std::size_t>& mapped_here) {
+  std::vector<Gathered::Moving>& moving = got.moving;
+  std::size_t done = 0;  // moved from the front of `moving`
+  std::vector<PhysicalChunk> run;
+  try {
+    while (p < end && done < moving.size()) {
+      if (range.is_mapped(p)) {
+        ++p;
+        continue;
+      }
+      // A run: unmapped pages here from p on, and the next pages to move, neighbours in
+      // one range with chunks whose handles follow each other (one kernel mapping where
+      // the memory is the host's).
+      const Gathered::Moving& head = moving[done];
+      run.clear();
+      for (std::size_t k = 0; p + k < end && done + k < moving.size() && !range.is_mapped(p + k);
+           ++k) {
+        const Gathered::Moving& next = moving[done + k];
+        const PhysicalChunk chunk = chunk_at(next.chunk);
+        if (k != 0 && (next.range != head.range || next.page != head.page + k ||
+                       chunk.handle != run.back().handle + run.back().bytes)) {
+          break;
+        }
+        run.push_back(chunk);
+      }
+      memory.move(reinterpret_cast<void*>(head.range->page_address(head.page)),
+                  reinterpret_cast<void*>(range.page_address(p)), run.data(), run.size(),
+                  head.last_use);
+      counters.moves.fetch_add(1, std::memory_order_relaxed);
+      counters.remapped_pages.fetch_add(run.size(), std::memory_order_relaxed);
+      for (std::size_t k = 0; k < run.size(); ++k, ++p) {
+        range.pages[p] = moving[done + k].chunk + 1;
+        ++range.mapped_pages;
+        mapped_here.push_back(p);
+      }
+      done += run.size();
+    }
+  } catch (...) {
+    moving.erase(moving.begin(), moving.begin() + static_cast<std::ptrdiff_t>(done));
+    throw;
+  }
+  moving.erase(moving.begin(), moving.begin() + static_cast<std::ptrdiff_t>(done));
+  return p;
+}
+
+void VirtualMemoryPool::Impl::keep_in_place(Gathered& got) {
+  for (const Gathered::Moving& m : got.moving) {
+    m.range->pages[m.page] = m.chunk + 1;
+    ++m.range->mapped_pages;
+  }
+  got.moving.clear();
 }
 
 // Called inside a catch block: an OutOfMemory goes on as it is (try_allocate reports it);
@@ -239,8 +330,8 @@ void VirtualMemoryPool::Impl::recycle_block(PoolShard& shard, Block* block) {
 // more pages on the traces of docs/virtual_memory_pool.md, "Which pages move".)
 // The caller holds shard.mutex.
 std::size_t VirtualMemoryPool::Impl::steal_pages(PoolShard& shard, std::size_t page_size,
-                                                 std::size_t want,
-                                                 std::vector<std::uint32_t>& out) {
+                                                 std::size_t want, std::vector<std::uint32_t>& out,
+                                                 std::vector<Gathered::Moving>* defer) {
   if (want == 0) return 0;
   shard.drain_quick_lists();
   std::size_t taken = 0;
@@ -252,11 +343,18 @@ std::size_t VirtualMemoryPool::Impl::steal_pages(PoolShard& shard, std::size_t p
     const std::size_t end = range.mapped_scan_end(range.first_page(b->end()));
     for (std::size_t p = end; p > first && taken < want; --p) {
       if (!range.is_mapped(p - 1)) continue;
-      out.push_back(unmap_page(range, p - 1, shard.stream));
+      if (defer != nullptr) {
+        defer->push_back({&range, p - 1, range.pages[p - 1] - 1, shard.stream});  // may throw
+        range.pages[p - 1] = 0;
+        --range.mapped_pages;
+      } else {
+        out.push_back(unmap_page(range, p - 1, shard.stream));
+      }
       ++taken;
     }
   }
-  counters.remapped_pages.fetch_add(taken, std::memory_order_relaxed);
+  // Deferred pages count when they move (move_pages).
+  if (defer == nullptr) counters.remapped_pages.fetch_add(taken, std::memory_order_relaxed);
   return taken;
 }
 

@@ -219,6 +219,7 @@ VirtualMemoryPoolStats VirtualMemoryPool::Impl::vm_stats() const {
   s.unmaps = counters.unmaps.load(std::memory_order_relaxed);
   s.creates = counters.creates.load(std::memory_order_relaxed);
   s.destroys = counters.destroys.load(std::memory_order_relaxed);
+  s.moves = counters.moves.load(std::memory_order_relaxed);
   s.remapped_pages = counters.remapped_pages.load(std::memory_order_relaxed);
   s.ooms = ooms().load(std::memory_order_relaxed);
   return s;

@@ -98,17 +98,33 @@ struct Counters {
   std::atomic<std::uint64_t> failed_unmaps{0};  // eager unmaps a free could not make
   std::atomic<std::uint64_t> creates{0};
   std::atomic<std::uint64_t> destroys{0};
+  std::atomic<std::uint64_t> moves{0};  // VirtualMemory::move calls
   std::atomic<std::uint64_t> remapped_pages{0};
 };
 
-// Chunks in hand during one attempt: those taken from spares or moved from free pages
+// Chunks in hand during one attempt: free pages still mapped where they are, to move
+// (mapped there again if unused), those taken from spares or unmapped from free pages
 // (which go back to the spares if unused) and those created now (destroyed if unused, so
 // a failed request leaves the physical footprint as it was).
 struct Gathered {
+  // A free page of the requesting shard that stays mapped until it is moved under the
+  // request (where the VirtualMemory can move: one call per run instead of an unmap and a
+  // map per page). Its range's page table shows it unmapped from the moment it is taken,
+  // so no second look takes it again; put back, it shows it mapped again.
+  struct Moving {
+    VmRange* range = nullptr;
+    std::size_t page = 0;
+    std::uint32_t chunk = 0;
+    Stream last_use;  // the stream of the shard it belongs to
+  };
+  std::vector<Moving> moving;  // by address, once ordered for mapping
+  // Other shards whose pages are in `moving`: locked until those pages have moved or are
+  // put back (declared after `moving`: unlocked only once nothing refers to their pages).
+  std::vector<std::unique_lock<detail::SpinLock>> held;
   std::vector<std::uint32_t> reused;
   std::vector<std::uint32_t> created;
   std::vector<std::uint32_t> created_now;  // every chunk created in this attempt, sorted
-  std::size_t size() const { return reused.size() + created.size(); }
+  std::size_t size() const { return moving.size() + reused.size() + created.size(); }
   std::uint32_t take();
   // A chunk taken but not kept goes back to the list it came from.
   void put_back(std::uint32_t chunk);
@@ -156,6 +172,10 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
   struct Attempt {
     std::string failure;
     bool final = false;
+    // Pages the block lacked after this shard's own (0: not known): what the next level
+    // takes from other shards. Their pages move by unmap and map, never by move (they are
+    // under another lock), so no more of them than needed.
+    std::size_t short_pages = 0;
   };
   void* allocate_slow(PoolShard& shard, bool small, const Fit& fit, std::size_t bytes);
   void* try_allocate(PoolShard& shard, const Fit& fit, std::size_t bytes, Level level,
@@ -174,17 +194,32 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
                  Gathered& got);
   [[noreturn]] void rethrow_map_failure(std::size_t page_size) const;
   std::uint32_t unmap_page(VmRange& range, std::size_t page, Stream last_use);
+  // `defer` (the requesting shard's own pages, where the memory can move): the pages stay
+  // mapped and go to `defer` instead of being unmapped into `out`.
   std::size_t steal_pages(PoolShard& shard, std::size_t page_size, std::size_t want,
-                          std::vector<std::uint32_t>& out);
+                          std::vector<std::uint32_t>& out,
+                          std::vector<Gathered::Moving>* defer = nullptr);
+  // Moves got.moving's pages from the front under the unmapped pages of [p, end), a run of
+  // them per call, and answers the first page after them; the moved pages join `mapped_here`.
+  std::size_t move_pages(VmRange& range, std::size_t p, std::size_t end, Gathered& got,
+                         std::vector<std::size_t>& mapped_here);
+  // The pages of got.moving that did not move are mapped where they are: the table says so
+  // again.
+  static void keep_in_place(Gathered& got);
   void steal_from_other_shards(PoolShard& requester, std::size_t page_size, std::size_t want,
                                bool wait);
+  // Where the memory can move: free pages of other idle shards with this page size into
+  // got.moving, each such shard locked without waiting (one busy now keeps its pages, and
+  // two threads that each hold a shard never wait for each other) and held in got.held.
+  void steal_to_move(PoolShard& requester, std::size_t page_size, std::size_t want, Gathered& got);
   // Returns a forgotten block to its shard's free space (caller holds the shard's lock);
   // with eager_unmap, unmaps the pages no allocation uses any more.
   void recycle_block(PoolShard& shard, Block* block);
 
   // --- chunks (chunks.cpp) ------------------------------------------------------------
   PhysicalChunk chunk_at(std::uint32_t index) const;
-  // Sorts the chunks in hand so that take() answers them in increasing handle order.
+  // Sorts the chunks in hand so that take() answers them in increasing handle order, and
+  // the pages to move by address.
   void order_for_mapping(Gathered& got) const;
   std::vector<std::uint32_t>& spares_for(std::size_t page_size);
   void take_spares(std::size_t page_size, std::size_t want, std::vector<std::uint32_t>& out);

@@ -100,7 +100,8 @@ class PlannedTarget final : public ReplayTarget {
 class VirtualMemoryTarget final : public ReplayTarget {
  public:
   explicit VirtualMemoryTarget(const TargetSettings& settings)
-      : pool_(memory_, VirtualMemoryPoolOptions{.max_physical_bytes = settings.capacity}) {}
+      : memory_(HostVirtualMemoryOptions{.move_mappings = !settings.vmm_no_moves}),
+        pool_(memory_, VirtualMemoryPoolOptions{.max_physical_bytes = settings.capacity}) {}
   MemoryResource& resource() override { return pool_; }
   std::uint64_t reserved_bytes() const override { return pool_.vm_stats().physical_bytes; }
   std::uint64_t peak_reserved_bytes() const override {
@@ -108,9 +109,9 @@ class VirtualMemoryTarget final : public ReplayTarget {
   }
   std::string counters() const override {
     const VirtualMemoryPoolStats s = pool_.vm_stats();
-    return "maps " + std::to_string(s.maps) + ", unmaps " + std::to_string(s.unmaps) +
-           ", pages moved " + std::to_string(s.remapped_pages) + ", chunks " +
-           std::to_string(s.creates);
+    return "maps " + std::to_string(s.maps) + ", unmaps " + std::to_string(s.unmaps) + ", moves " +
+           std::to_string(s.moves) + ", pages moved " + std::to_string(s.remapped_pages) +
+           ", chunks " + std::to_string(s.creates);
   }
 
  private:

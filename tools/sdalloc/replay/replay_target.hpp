@@ -26,6 +26,8 @@ struct TargetSettings {
   bool huge_pages = false;             // HostResource asks for transparent huge pages
   bool pool_keep_cache = false;        // CachingPool: never release cached segments to grow
   bool pool_no_consolidation = false;  // CachingPool: keep a churning stream's segments
+  bool vmm_no_moves = false;           // VirtualMemoryPool: unmap and map the pages it
+                                       // moves (HostVirtualMemory without move_mappings)
   CachingPoolOptions pool;             // pool and planned's fallback (--pool-conf); the two
                                        // flags above override its growth settings
 };

@@ -1,0 +1,153 @@
+// host_virtual_memory_move_test.cpp - HostVirtualMemory::move: mappings moved with their page
+// tables (mremap), runs of neighbouring extents in one call, the old place reserved again,
+// and misuse rejected before any system call.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sdalloc/core/errors.hpp"
+#include "sdalloc/resources/host_virtual_memory.hpp"
+#include "support/mapped_pages.hpp"
+
+namespace sdalloc {
+namespace {
+
+using test::is_unmapped;
+using test::kernel_mappings;
+using test::present_pages;
+
+constexpr std::size_t kPage = HostVirtualMemory::kPageSize;
+constexpr std::size_t kChunk = 16 * kPage;  // 64 KiB, the pool's page on the host
+
+char* at(void* base, std::size_t offset) { return static_cast<char*>(base) + offset; }
+
+// Four chunks mapped at the start of a range, each filled with its own letter.
+struct FourChunks {
+  explicit FourChunks(HostVirtualMemory& m) : memory(m), base(m.reserve(16 * kChunk)) {
+    for (int i = 0; i < 4; ++i) {
+      chunks.push_back(memory.create(kChunk));
+      memory.map(at(base, i * kChunk), chunks.back());
+      std::memset(at(base, i * kChunk), 'a' + i, kChunk);
+    }
+  }
+  // Chunk c moves into b's place and b, unless `back` is false, into c's: a and c become
+  // neighbours whose extents do not follow each other (b goes through free space first).
+  void swap_middle(bool back = true) {
+    memory.move(at(base, kChunk), at(base, 10 * kChunk), &chunks[1], 1, Stream{});
+    memory.move(at(base, 2 * kChunk), at(base, kChunk), &chunks[2], 1, Stream{});
+    if (back) memory.move(at(base, 10 * kChunk), at(base, 2 * kChunk), &chunks[1], 1, Stream{});
+  }
+  // Letters of the chunks at `offset`, one per chunk ('?' where a chunk reads mixed).
+  std::string letters(std::size_t offset, std::size_t count) const {
+    std::string out;
+    for (std::size_t i = 0; i < count; ++i) {
+      const char* p = at(base, offset + i * kChunk);
+      char c = p[0];
+      for (std::size_t b = 0; b < kChunk; b += kPage) c = p[b] == c && p[kChunk - 1] == c ? c : '?';
+      out += c;
+    }
+    return out;
+  }
+  HostVirtualMemory& memory;
+  void* base;
+  std::vector<PhysicalChunk> chunks;
+};
+
+TEST(HostVirtualMemoryMove, MovesChunksWithTheirContentsAndPageTables) {
+  HostVirtualMemory memory;
+  ASSERT_TRUE(memory.can_move()) << "Linux 5.13 or later";
+  FourChunks four(memory);
+  const std::size_t mappings = kernel_mappings();
+  // The four were created and mapped in order: one kernel mapping, moved in one call.
+  memory.move(four.base, at(four.base, 8 * kChunk), four.chunks.data(), 4, Stream{});
+  EXPECT_EQ(four.letters(8 * kChunk, 4), "abcd");
+  EXPECT_EQ(present_pages(at(four.base, 8 * kChunk), 4 * kChunk), 64u)
+      << "the page tables came along: no fault on first use";
+  EXPECT_EQ(present_pages(four.base, 4 * kChunk), 0u);
+  EXPECT_FALSE(is_unmapped(four.base, 4 * kChunk)) << "the old place is reserved, not a hole";
+  EXPECT_LE(kernel_mappings(), mappings + 1);
+  EXPECT_EQ(memory.mapped_bytes(), 4 * kChunk);
+  // The old place takes a mapping again; the moved chunks unmap where they are now.
+  memory.map(four.base, memory.create(kChunk));
+  EXPECT_THROW(memory.unmap(at(four.base, kChunk), kChunk, Stream{}), InvalidArgument);
+  for (int i = 0; i < 4; ++i) memory.unmap(at(four.base, (8 + i) * kChunk), kChunk, Stream{});
+  EXPECT_EQ(memory.mapped_bytes(), kChunk);
+}
+
+// Chunks whose extents do not follow each other (mapped in another order than created)
+// move as well, a run of neighbouring extents per system call.
+TEST(HostVirtualMemoryMove, ChunksOfScatteredExtentsMoveInOrder) {
+  HostVirtualMemory memory;
+  ASSERT_TRUE(memory.can_move());
+  FourChunks four(memory);
+  four.swap_middle();
+  EXPECT_EQ(four.letters(0, 4), "acbd");
+  const PhysicalChunk order[] = {four.chunks[0], four.chunks[2], four.chunks[1], four.chunks[3]};
+  memory.move(four.base, at(four.base, 5 * kChunk), order, 4, Stream{});
+  EXPECT_EQ(four.letters(5 * kChunk, 4), "acbd");
+  EXPECT_EQ(present_pages(at(four.base, 5 * kChunk), 4 * kChunk), 64u);
+  EXPECT_EQ(memory.mapped_bytes(), 4 * kChunk);
+}
+
+// Every misuse throws InvalidArgument and moves nothing.
+TEST(HostVirtualMemoryMove, MisuseIsRejectedAndMovesNothing) {
+  HostVirtualMemory memory;
+  ASSERT_TRUE(memory.can_move());
+  FourChunks four(memory);
+  void* other = memory.reserve(4 * kChunk);
+  const PhysicalChunk* c = four.chunks.data();
+  // Not the chunk mapped there / not mapped at all / a wrong size.
+  EXPECT_THROW(memory.move(four.base, other, &c[1], 1, Stream{}), InvalidArgument);
+  EXPECT_THROW(memory.move(other, four.base, c, 1, Stream{}), InvalidArgument);
+  const PhysicalChunk half{c[0].handle, kChunk / 2};
+  EXPECT_THROW(memory.move(four.base, other, &half, 1, Stream{}), InvalidArgument);
+  // Onto a mapping (its own place included), outside any range, unaligned.
+  EXPECT_THROW(memory.move(four.base, at(four.base, 2 * kChunk), c, 1, Stream{}),
+               InvalidArgument);
+  EXPECT_THROW(memory.move(four.base, at(four.base, kChunk / 2), c, 2, Stream{}),
+               InvalidArgument);
+  EXPECT_THROW(memory.move(four.base, at(other, 3 * kChunk + kChunk / 2), c, 1, Stream{}),
+               InvalidArgument);
+  EXPECT_THROW(memory.move(four.base, at(other, 3 * kChunk), c, 2, Stream{}), InvalidArgument)
+      << "past the end of the range";
+  EXPECT_THROW(memory.move(four.base, at(other, 1), c, 1, Stream{}), InvalidArgument);
+  EXPECT_THROW(memory.move(four.base, other, nullptr, 1, Stream{}), InvalidArgument);
+  memory.move(four.base, other, c, 0, Stream{});  // nothing to move
+  EXPECT_EQ(four.letters(0, 4), "abcd");
+  EXPECT_EQ(memory.mapped_bytes(), 4 * kChunk);
+  for (int i = 0; i < 4; ++i) memory.unmap(at(four.base, i * kChunk), kChunk, Stream{});
+}
+
+// A run the system refuses to move (here: its mapping was removed behind the object's
+// back) fails the call with Error, and the runs moved before it go back: all or nothing.
+TEST(HostVirtualMemoryMove, AMoveTheSystemRefusesIsUndone) {
+  HostVirtualMemory memory;
+  ASSERT_TRUE(memory.can_move());
+  FourChunks four(memory);
+  four.swap_middle(/*back=*/false);  // a and c side by side: two runs of extents; b at 10
+  ASSERT_EQ(::munmap(at(four.base, kChunk), kChunk), 0);
+  void* other = memory.reserve(4 * kChunk);
+  const PhysicalChunk pair[] = {four.chunks[0], four.chunks[2]};
+  EXPECT_THROW(memory.move(four.base, other, pair, 2, Stream{}), Error);
+  EXPECT_EQ(four.letters(0, 1), "a") << "the first run moved back";
+  EXPECT_EQ(present_pages(other, 2 * kChunk), 0u);
+  EXPECT_EQ(memory.mapped_bytes(), 4 * kChunk);
+  EXPECT_NO_THROW(memory.unmap(four.base, kChunk, Stream{})) << "the tables say where a is";
+  EXPECT_NO_THROW(memory.unmap(at(four.base, 10 * kChunk), kChunk, Stream{}));
+}
+
+TEST(HostVirtualMemoryMove, MovesCanBeTurnedOff) {
+  HostVirtualMemory memory({.move_mappings = false});
+  EXPECT_FALSE(memory.can_move());
+  FourChunks four(memory);
+  EXPECT_THROW(memory.move(four.base, at(four.base, 8 * kChunk), four.chunks.data(), 1, Stream{}),
+               InvalidArgument);
+  EXPECT_EQ(four.letters(0, 4), "abcd");
+}
+
+}  // namespace
+}  // namespace sdalloc
