@@ -152,8 +152,9 @@ SDALLOC_API sdalloc_status_t sdalloc_torch_trim(size_t* released) SDALLOC_NOEXCE
 /* The message of this thread's most recent failure in this library, "" if none. */
 SDALLOC_API const char* sdalloc_torch_last_error(void) SDALLOC_NOEXCEPT;
 
-/* Pages the mode:vmm pool of `device` has unmapped since its creation (each waits for the
- * page's stream; none should happen in a steady-state step); 0 for other pools. */
+/* Pages the mode:vmm pool of `device` has unmapped or moved away since its creation (each
+ * waits for the page's stream; none should happen in a steady-state step); 0 for other
+ * pools. */
 SDALLOC_API uint64_t sdalloc_torch_vmm_unmaps(int device) SDALLOC_NOEXCEPT;
 
 /* ---- CUDA graph capture ----------------------------------------------------------------

@@ -1,7 +1,7 @@
 // counting_virtual_memory.hpp - a VirtualMemory that forwards every call to another and
-// counts the calls that take pages from where they were (unmap, and move where the inner
-// object moves), so the shim can say how often a mode:vmm pool moves pages (each such call
-// waits for work that may still use the pages; gpu-check counts them in timed iterations).
+// counts the pages taken from where they were (each unmap, and each chunk a move takes
+// where the inner object moves), so the shim can say how often a mode:vmm pool moves pages
+// (each waits for work that may still use it; gpu-check counts them in timed iterations).
 //
 // Invariant: behaviour is exactly the inner object's; only unmaps() is added.
 #pragma once
@@ -37,7 +37,7 @@ class CountingVirtualMemory final : public VirtualMemory {
   void move(void* from, void* to, const PhysicalChunk* chunks, std::size_t count,
             Stream last_use) override {
     inner_->move(from, to, chunks, count, last_use);
-    unmaps_.fetch_add(1, std::memory_order_relaxed);
+    unmaps_.fetch_add(count, std::memory_order_relaxed);  // pages, as unmap counts them
   }
   [[nodiscard]] std::size_t physical_capacity() const override {
     return inner_->physical_capacity();
