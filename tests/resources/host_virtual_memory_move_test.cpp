@@ -106,10 +106,8 @@ TEST(HostVirtualMemoryMove, MisuseIsRejectedAndMovesNothing) {
   const PhysicalChunk half{c[0].handle, kChunk / 2};
   EXPECT_THROW(memory.move(four.base, other, &half, 1, Stream{}), InvalidArgument);
   // Onto a mapping (its own place included), outside any range, unaligned.
-  EXPECT_THROW(memory.move(four.base, at(four.base, 2 * kChunk), c, 1, Stream{}),
-               InvalidArgument);
-  EXPECT_THROW(memory.move(four.base, at(four.base, kChunk / 2), c, 2, Stream{}),
-               InvalidArgument);
+  EXPECT_THROW(memory.move(four.base, at(four.base, 2 * kChunk), c, 1, Stream{}), InvalidArgument);
+  EXPECT_THROW(memory.move(four.base, at(four.base, kChunk / 2), c, 2, Stream{}), InvalidArgument);
   EXPECT_THROW(memory.move(four.base, at(other, 3 * kChunk + kChunk / 2), c, 1, Stream{}),
                InvalidArgument);
   EXPECT_THROW(memory.move(four.base, at(other, 3 * kChunk), c, 2, Stream{}), InvalidArgument)
