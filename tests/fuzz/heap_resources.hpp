@@ -9,8 +9,10 @@
 //  - HeapVirtualMemory: a VirtualMemory whose reservations are heap ranges and whose map
 //    and unmap only keep books: map must target an unmapped, granule-aligned place inside a
 //    reservation with a chunk that exists and is not mapped elsewhere; unmap must name
-//    mapped pages; destroy an unmapped chunk. is_mapped() lets a harness check that every
-//    live allocation lies on mapped pages. physical_limit caps the bytes of chunks.
+//    mapped pages; destroy an unmapped chunk; move (where made with `moves`) must name
+//    chunks mapped one after another at its source and an unmapped place inside a
+//    reservation. is_mapped() lets a harness check that every live allocation lies on
+//    mapped pages. physical_limit caps the bytes of chunks.
 // A broken rule throws std::logic_error: not an sdalloc::Error, so the harness reports it.
 //
 // Both take their memory from a RegionCache, which keeps what one input gave back for the
@@ -133,7 +135,8 @@ class HeapVirtualMemory final : public VirtualMemory {
  public:
   static constexpr std::size_t kGranularity = 4096;
 
-  explicit HeapVirtualMemory(std::size_t physical_limit) : limit_(physical_limit) {}
+  explicit HeapVirtualMemory(std::size_t physical_limit, bool moves = false)
+      : limit_(physical_limit), moves_(moves) {}
   ~HeapVirtualMemory() override {
     for (const auto& [base, r] : reserved_) {
       RegionCache::instance().give_back(reinterpret_cast<void*>(base), r.bytes, r.alignment);
@@ -203,6 +206,38 @@ class HeapVirtualMemory final : public VirtualMemory {
     mapped_.erase(m);
     ASAN_POISON_MEMORY_REGION(address, bytes);
   }
+  bool can_move() const override { return moves_; }
+  // Books only, like map: the bytes at the new place are whatever the heap holds there (a
+  // pool moves only free pages, whose contents nobody reads).
+  void move(void* from, void* to, const PhysicalChunk* chunks, std::size_t count, Stream) override {
+    if (!moves_) broken("move where can_move() is false");
+    const auto src = reinterpret_cast<std::uintptr_t>(from);
+    const auto dst = reinterpret_cast<std::uintptr_t>(to);
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto m = mapped_.find(src + total);
+      if (m == mapped_.end() || m->second.handle != chunks[i].handle ||
+          m->second.bytes != chunks[i].bytes) {
+        broken("move of chunks not mapped one after another there");
+      }
+      total += chunks[i].bytes;
+    }
+    if (dst % kGranularity != 0 || !inside_reservation(dst, total)) broken("move outside");
+    auto next = mapped_.lower_bound(dst);
+    if (next != mapped_.end() && next->first < dst + total) broken("move over mapped pages");
+    if (next != mapped_.begin() && std::prev(next)->first + std::prev(next)->second.bytes > dst) {
+      broken("move over mapped pages");
+    }
+    for (std::size_t offset = 0; offset < total;) {
+      auto node = mapped_.extract(src + offset);
+      const std::size_t bytes = node.mapped().bytes;
+      node.key() = dst + offset;
+      mapped_.insert(std::move(node));
+      offset += bytes;
+    }
+    ASAN_POISON_MEMORY_REGION(from, total);
+    ASAN_UNPOISON_MEMORY_REGION(to, total);
+  }
 
   // Whether every byte of [p, p + bytes) lies on mapped pages.
   bool is_mapped(const void* p, std::size_t bytes) const {
@@ -243,6 +278,7 @@ class HeapVirtualMemory final : public VirtualMemory {
   }
 
   std::size_t limit_;
+  bool moves_;
   std::size_t physical_ = 0;
   std::uint64_t last_handle_ = 0;
   std::map<std::uintptr_t, Reservation> reserved_;

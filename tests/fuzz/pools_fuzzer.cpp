@@ -2,7 +2,8 @@
 // random, with check_invariants() after every operation.
 //
 // The input picks a pool - CachingPool or PlannedArena over HeapResource, VirtualMemoryPool
-// over HeapVirtualMemory (heap_resources.hpp: no system calls, the contract checked), each
+// over HeapVirtualMemory (heap_resources.hpp: no system calls, the contract checked; it
+// moves mappings or not, as a bit of the failure seed says), each
 // through a fault-injecting adaptor (support/fault_injection.hpp) that fails each call with
 // a chance the input sets - small options, and up to 96 operations: allocate (aligned,
 // several streams), free, deallocate with the wrong size, record_stream, trim, begin and
@@ -244,10 +245,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const int kind = in.ConsumeIntegralInRange<int>(0, 2);
   const std::size_t cap = std::size_t{64} << 10 << in.ConsumeIntegralInRange<int>(0, 6);
   test::FaultPlan faults;
-  faults.fail_randomly(in.ConsumeIntegralInRange<std::uint32_t>(0, 8192),
-                       in.ConsumeIntegral<std::uint64_t>());
+  const auto failure_rate = in.ConsumeIntegralInRange<std::uint32_t>(0, 8192);
+  const auto failure_seed = in.ConsumeIntegral<std::uint64_t>();
+  faults.fail_randomly(failure_rate, failure_seed);
   if (kind == 2) {
-    fuzz::HeapVirtualMemory memory(cap);
+    // Whether the memory moves mappings (the pool then moves free pages in runs, and
+    // failed moves are injected too) comes from a bit of the seed, not from a byte of its
+    // own: the corpus keeps the meaning it had before memory could move. So does the
+    // growth slack below.
+    fuzz::HeapVirtualMemory memory(cap, /*moves=*/((failure_seed >> 7) & 1) != 0);
     test::FaultInjectingVirtualMemory faulty(memory, faults);
     // Every call may fail, unmap and destroy included: a free must succeed whatever the
     // memory answers (finding FV1, now corpus/pools/pools-vmm-eager-unmap-free-throws).
@@ -260,6 +266,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     options.eager_unmap = in.ConsumeBool();
     options.destroy_spare_chunks = in.ConsumeBool();
     if (in.ConsumeBool()) options.max_physical_bytes = cap / 2;
+    // No slack (free pages move whenever there are any: the move paths run often), also
+    // from a bit of the seed.
+    if (((failure_seed >> 8) & 1) != 0) options.growth_slack = 0.0;
     try {
       VirtualMemoryPool pool(faulty, options);
       Harness<VirtualMemoryPool>(pool, &memory, faults).run(in);
