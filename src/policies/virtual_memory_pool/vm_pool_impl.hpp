@@ -10,7 +10,9 @@
 //                or 0. Guarded by the owning shard's lock.
 //   chunks       pool-wide table of chunks (index -> PhysicalChunk) and the spare lists
 //                (chunks held but unmapped), guarded by chunk_mutex. Taken only on the slow
-//                path, never while another shard's lock is held.
+//                path, and a leaf: nothing else is locked while it is held (the slow path
+//                may hold its shard's lock and, moving their pages, other shards' locks
+//                taken without waiting when it takes it).
 //
 // Invariant: every page that overlaps a block that is not in a free index (live, parked in
 // a quick list, pending a cross-stream free, or being carved) is mapped. So a quick-list hit
@@ -118,8 +120,8 @@ struct Gathered {
     Stream last_use;  // the stream of the shard it belongs to
   };
   std::vector<Moving> moving;  // by address, once ordered for mapping
-  // Other shards whose pages are in `moving`: locked until those pages have moved or are
-  // put back (declared after `moving`: unlocked only once nothing refers to their pages).
+  // Other shards whose pages are in `moving`: locked (try_lock) until the attempt ends;
+  // every exit of back_pages has moved or put back their pages before.
   std::vector<std::unique_lock<detail::SpinLock>> held;
   std::vector<std::uint32_t> reused;
   std::vector<std::uint32_t> created;
@@ -173,8 +175,8 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
     std::string failure;
     bool final = false;
     // Pages the block lacked after this shard's own (0: not known): what the next level
-    // takes from other shards. Their pages move by unmap and map, never by move (they are
-    // under another lock), so no more of them than needed.
+    // takes from other shards that it could not lock at once (their pages go by unmap and
+    // map, the dearer way), so no more of them than needed.
     std::size_t short_pages = 0;
   };
   void* allocate_slow(PoolShard& shard, bool small, const Fit& fit, std::size_t bytes);
@@ -210,7 +212,8 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
                                bool wait);
   // Where the memory can move: free pages of other idle shards with this page size into
   // got.moving, each such shard locked without waiting (one busy now keeps its pages, and
-  // two threads that each hold a shard never wait for each other) and held in got.held.
+  // two threads that each hold a shard never wait for each other) and held in got.held
+  // (a thread of that shard spins meanwhile: the rest of the attempt, a few system calls).
   void steal_to_move(PoolShard& requester, std::size_t page_size, std::size_t want, Gathered& got);
   // Returns a forgotten block to its shard's free space (caller holds the shard's lock);
   // with eager_unmap, unmaps the pages no allocation uses any more.
