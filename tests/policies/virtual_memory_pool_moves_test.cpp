@@ -63,7 +63,7 @@ TEST(VirtualMemoryPoolMoves, WithoutMovesEachPageIsUnmappedAndMapped) {
 // while that shard is locked for the request (its stream is idle).
 TEST(VirtualMemoryPoolMoves, AnotherShardsFreePagesMoveUnderARequest) {
   HostVirtualMemory memory;
-  ASSERT_TRUE(memory.can_move()) << "Linux 5.13 or later";
+  if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move shared mappings (Linux 5.13)";
   VirtualMemoryPool pool(memory, {.max_physical_bytes = 8 * kMiB});
   Holdings held;
   std::vector<void*> small;
@@ -99,7 +99,7 @@ TEST(VirtualMemoryPoolMoves, AnotherShardsFreePagesMoveUnderARequest) {
 // moves and maps them.
 TEST(VirtualMemoryPoolMoves, AFailedMoveLeavesThePoolConsistent) {
   HostVirtualMemory memory;
-  ASSERT_TRUE(memory.can_move()) << "Linux 5.13 or later";
+  if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move shared mappings (Linux 5.13)";
   FaultPlan plan;
   plan.count_only({ResourceCall::kMove});
   FaultInjectingVirtualMemory faulty(memory, plan);

@@ -115,11 +115,15 @@ TEST(VirtualMemoryPool, FragmentedFreePagesAreStitchedUnderANewRequest) {
   EXPECT_EQ(after.creates, before.creates) << "no new chunk: free pages were moved";
   EXPECT_EQ(after.physical_bytes, before.physical_bytes);
   EXPECT_EQ(after.remapped_pages - before.remapped_pages, 96u);
-  ASSERT_TRUE(memory.can_move()) << "Linux 5.13 or later";
-  EXPECT_EQ(after.unmaps - before.unmaps, 0u);
-  EXPECT_EQ(after.maps - before.maps, 0u);
-  EXPECT_GE(after.moves - before.moves, 4u) << "from the five gaps";
-  EXPECT_LE(after.moves - before.moves, 5u) << "a gap's pages in one call";
+  if (memory.can_move()) {
+    EXPECT_EQ(after.unmaps - before.unmaps, 0u);
+    EXPECT_EQ(after.maps - before.maps, 0u);
+    EXPECT_GE(after.moves - before.moves, 4u) << "from the five gaps";
+    EXPECT_LE(after.moves - before.moves, 5u) << "a gap's pages in one call";
+  } else {  // Linux before 5.13
+    EXPECT_EQ(after.unmaps - before.unmaps, 96u);
+    EXPECT_EQ(after.maps - before.maps, 96u);
+  }
   EXPECT_TRUE(held.intact());
   EXPECT_NO_THROW(pool.check_invariants());
   // The freed gaps are still usable: their remaining pages, or pages mapped again.
@@ -412,7 +416,9 @@ TEST(VirtualMemoryPool, ConcurrentStreamsStealWithoutCorruption) {
   for (const std::string& failure : failures) EXPECT_TRUE(failure.empty()) << failure;
   EXPECT_EQ(pool.stats().live_bytes, 0u);
   EXPECT_LE(pool.vm_stats().peak_physical_bytes, 48 * kMiB);
-  EXPECT_GT(pool.vm_stats().moves, 0u) << "pages moved (mremap) while other threads ran";
+  if (memory.can_move()) {
+    EXPECT_GT(pool.vm_stats().moves, 0u) << "pages moved (mremap) while other threads ran";
+  }
   EXPECT_NO_THROW(pool.check_invariants());
 }
 

@@ -59,7 +59,7 @@ struct FourChunks {
 
 TEST(HostVirtualMemoryMove, MovesChunksWithTheirContentsAndPageTables) {
   HostVirtualMemory memory;
-  ASSERT_TRUE(memory.can_move()) << "Linux 5.13 or later";
+  if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move shared mappings (Linux 5.13)";
   FourChunks four(memory);
   const std::size_t mappings = kernel_mappings();
   // The four were created and mapped in order: one kernel mapping, moved in one call.
@@ -82,7 +82,7 @@ TEST(HostVirtualMemoryMove, MovesChunksWithTheirContentsAndPageTables) {
 // move as well, a run of neighbouring extents per system call.
 TEST(HostVirtualMemoryMove, ChunksOfScatteredExtentsMoveInOrder) {
   HostVirtualMemory memory;
-  ASSERT_TRUE(memory.can_move());
+  if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move shared mappings (Linux 5.13)";
   FourChunks four(memory);
   four.swap_middle();
   EXPECT_EQ(four.letters(0, 4), "acbd");
@@ -96,7 +96,7 @@ TEST(HostVirtualMemoryMove, ChunksOfScatteredExtentsMoveInOrder) {
 // Every misuse throws InvalidArgument and moves nothing.
 TEST(HostVirtualMemoryMove, MisuseIsRejectedAndMovesNothing) {
   HostVirtualMemory memory;
-  ASSERT_TRUE(memory.can_move());
+  if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move shared mappings (Linux 5.13)";
   FourChunks four(memory);
   void* other = memory.reserve(4 * kChunk);
   const PhysicalChunk* c = four.chunks.data();
@@ -124,7 +124,7 @@ TEST(HostVirtualMemoryMove, MisuseIsRejectedAndMovesNothing) {
 // back) fails the call with Error, and the runs moved before it go back: all or nothing.
 TEST(HostVirtualMemoryMove, AMoveTheSystemRefusesIsUndone) {
   HostVirtualMemory memory;
-  ASSERT_TRUE(memory.can_move());
+  if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move shared mappings (Linux 5.13)";
   FourChunks four(memory);
   four.swap_middle(/*back=*/false);  // a and c side by side: two runs of extents; b at 10
   ASSERT_EQ(::munmap(at(four.base, kChunk), kChunk), 0);
