@@ -39,6 +39,25 @@ std::string system_error(const char* call, int error) {
   return std::string(call) + " failed: " + std::strerror(error);
 }
 
+// Makes [address, address + bytes) reserved address space again (PROT_NONE over whatever
+// is mapped there) in one step: never a hole another thread's mmap could land in.
+bool reserve_again(void* address, std::size_t bytes) {
+  return ::mmap(address, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                -1, 0) != MAP_FAILED;
+}
+
+// A mapping call the system refused: OutOfMemory for ENOMEM (no memory for page tables or
+// kernel mappings), Error otherwise.
+[[noreturn]] void throw_refused(const std::string& name, const std::string& what, int error,
+                                std::size_t requested) {
+  if (error == ENOMEM) {
+    OutOfMemoryInfo info;
+    info.requested = requested;
+    throw OutOfMemory::describe(name, info, what);
+  }
+  throw Error(name + ": " + what);
+}
+
 #ifndef MREMAP_DONTUNMAP
 #define MREMAP_DONTUNMAP 4  // Linux 5.7 (shared mappings: 5.13); older C headers lack it
 #endif
@@ -51,12 +70,11 @@ int move_mapping(void* from, void* to, std::size_t bytes) {
       MAP_FAILED) {
     return errno;
   }
-  // DONTUNMAP left `from` mapped to the same extent without page tables: never a hole
-  // another thread's mmap could land in. Reserved space again in one step; should the
-  // system refuse that, the empty mapping stays until the next map there or the range's
-  // release (only a use after free could touch it, and it would see the same pages).
-  (void)::mmap(from, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
-               0);
+  // DONTUNMAP left `from` mapped to the same extent without page tables: never a hole.
+  // Should the system refuse to make it reserved space again, the empty mapping stays until
+  // the next map there or the range's release (only a use after free could touch it, and
+  // it would see the same pages).
+  (void)reserve_again(from, bytes);
   return 0;
 }
 
@@ -306,18 +324,13 @@ void HostVirtualMemory::map(void* address, PhysicalChunk chunk) {
   if (result == MAP_FAILED) {
     const int error = errno;
     // A failed MAP_FIXED may have removed the reservation underneath: restore it.
-    (void)::mmap(address, chunk.bytes, PROT_NONE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    (void)reserve_again(address, chunk.bytes);
     std::lock_guard lock(mutex_);
     t.ledger.remove_mapping(addr);
-    const std::string what = "map at " + hex(addr) + " of " + format_bytes(chunk.bytes) + ": " +
-                             system_error("mmap", error);
-    if (error == ENOMEM) {
-      OutOfMemoryInfo info;
-      info.requested = chunk.bytes;
-      throw OutOfMemory::describe(name(), info, what);
-    }
-    throw Error(name() + ": " + what);
+    throw_refused(name(),
+                  "map at " + hex(addr) + " of " + format_bytes(chunk.bytes) + ": " +
+                      system_error("mmap", error),
+                  error, chunk.bytes);
   }
 }
 
@@ -331,10 +344,7 @@ void HostVirtualMemory::unmap(void* address, std::size_t bytes, Stream) {
                             ", which is not a mapping made here");
     }
   }
-  // Back to reserved address space in one step: no moment where the range is a hole.
-  void* result = ::mmap(address, bytes, PROT_NONE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-  if (result == MAP_FAILED) {
+  if (!reserve_again(address, bytes)) {
     throw Error(name() + ": unmap at " + hex(addr) + " of " + format_bytes(bytes) + ": " +
                 system_error("mmap(PROT_NONE)", errno));
   }
@@ -424,12 +434,7 @@ void HostVirtualMemory::move(void* from, void* to, const PhysicalChunk* chunks, 
         throw Error(name() + ": " + what + "; " + format_bytes(stuck) +
                     " moved before could not move back and stay at the new place");
       }
-      if (error == ENOMEM) {
-        OutOfMemoryInfo info;
-        info.requested = total;
-        throw OutOfMemory::describe(name(), info, what);
-      }
-      throw Error(name() + ": " + what);
+      throw_refused(name(), what, error, total);
     }
     moved += bytes;
     i = next;

@@ -92,13 +92,16 @@ void VirtualMemoryPool::Impl::gather(PoolShard& shard, std::size_t page_size, st
   const bool grow_freely = !options.remap_before_growth ||
                            within_growth_slack((missing - got.size()) * page_size, request_bytes);
   const bool remap_first = !grow_freely || level == Level::kOutOfMemory;
-  std::vector<Gathered::Moving>* defer = memory.can_move() ? &got.moving : nullptr;
-  if (remap_first) {
-    steal_pages(shard, page_size, missing - got.size(), got.reused, defer);
-    if (defer != nullptr && level != Level::kOwn && got.size() < missing) {
+  // Free pages: this shard's, then (beyond kOwn, where they can move) other shards' that
+  // can be locked at once.
+  const bool moves = memory.can_move();
+  const auto take_free_pages = [&] {
+    steal_pages(shard, page_size, missing - got.size(), got.reused, moves ? &got.moving : nullptr);
+    if (moves && level != Level::kOwn && got.size() < missing) {
       steal_to_move(shard, page_size, missing - got.size(), got);
     }
-  }
+  };
+  if (remap_first) take_free_pages();
   if (got.size() == missing) return;
   // Other shards may hold free pages too: level kOthers takes them before creating.
   const bool may_create =
@@ -109,12 +112,7 @@ void VirtualMemoryPool::Impl::gather(PoolShard& shard, std::size_t page_size, st
     std::sort(got.created_now.begin(), got.created_now.end());
   }
   if (got.size() == missing) return;
-  if (!remap_first) {
-    steal_pages(shard, page_size, missing - got.size(), got.reused, defer);
-    if (defer != nullptr && level != Level::kOwn && got.size() < missing) {
-      steal_to_move(shard, page_size, missing - got.size(), got);
-    }
-  }
+  if (!remap_first) take_free_pages();
   if (got.size() < missing && failure.empty()) {
     failure = "no physical chunk available for " + std::to_string(missing - got.size()) +
               " more pages of " + format_bytes(page_size);
