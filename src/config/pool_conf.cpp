@@ -18,7 +18,7 @@ const EnumName kModePlanned{"planned", static_cast<int>(PoolMode::kPlanned),
 
 std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes) {
   using C = PoolConf;
-  return {
+  std::vector<Option<PoolConf>> rows = {
       enum_option<C>(
           "mode", "how the pool gets and reuses memory.", std::move(modes),
           [](auto& c) -> auto& { return c.mode; }),
@@ -41,6 +41,14 @@ std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes) {
           "its time limit (1 s), so every machine makes the same plan (tests, fuzzers); "
           "not set: only the time limit.",
           [](auto& c) -> auto& { return c.plan_nodes; }),
+  };
+  for (Option<PoolConf>& row : caching_pool_options()) rows.push_back(std::move(row));
+  return rows;
+}
+
+std::vector<Option<PoolConf>> caching_pool_options() {
+  using C = PoolConf;
+  return {
       size_option<C>(
           "granularity",
           "segments are multiples of this (a power of two, at least 4KiB); "

@@ -35,9 +35,13 @@ extern const EnumName kModeVmm;
 extern const EnumName kModePlanned;
 
 // The shared rows, in the order format() writes them: mode (with `modes`, in that order),
-// capacity, replan_after, max_plans, plan_nodes, granularity, min_segment, huge_threshold,
-// initial_reservation, release_before_growth, consolidate, spare_pages, grow_arena.
+// capacity, replan_after, max_plans, plan_nodes, then caching_pool_options().
 std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes);
+// The rows that set PoolConf::pool (CachingPoolOptions) only: granularity, min_segment,
+// huge_threshold, small_pool, small_granularity, initial_reservation,
+// release_before_growth, consolidate, spare_pages, grow_arena. A front end that runs a
+// caching pool of its own (`sdalloc replay --pool-conf`) takes these and nothing else.
+std::vector<Option<PoolConf>> caching_pool_options();
 
 // mode:planned's PlannedArenaOptions from the shared rows (replan_after, max_plans,
 // plan_nodes, the caching pool's options for the fallback pool); the front end sets what is

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "config/pool_conf.hpp"
 #include "replay/replay_result.hpp"
 #include "replay/system_allocators.hpp"
 #include "support/test_support.hpp"
@@ -122,6 +123,23 @@ TEST(Cli, PoolConfSetsThePoolsOptionsAndRejectsWhatItDoesNotKnow) {
       run_cli(dir, "replay -q -a pool --pool-conf granularity:3KiB '" + resnet_trace() + "'");
   EXPECT_EQ(bad.status, 2);
   EXPECT_TRUE(Contains(bad.err, "segment_granularity must be a power of two")) << bad.err;
+  // SDALLOC_CONF's rows that are not the caching pool's mean nothing to --pool-conf.
+  for (const char* other : {"capacity:1GiB", "mode:pool", "max_plans:2"}) {
+    const CliRun not_pool = run_cli(
+        dir, std::string("replay -q -a pool --pool-conf ") + other + " '" + resnet_trace() + "'");
+    EXPECT_EQ(not_pool.status, 2) << other;
+  }
+}
+
+// --help lists the keys --pool-conf takes, from the table that parses them.
+TEST(Cli, PoolConfHelpListsEveryKeyItTakes) {
+  TempDir dir;
+  const CliRun help = run_cli(dir, "replay --help");
+  ASSERT_EQ(help.status, 0) << help.err;
+  for (const auto& row : config::caching_pool_options()) {
+    EXPECT_TRUE(Contains(help.out, std::string(row.spec.key))) << row.spec.key;
+  }
+  EXPECT_FALSE(Contains(help.out, "replan_after")) << help.out;
 }
 
 TEST(Cli, MissingTraceFileExitsWithStatusOne) {

@@ -26,17 +26,31 @@ std::string numbered_path(const std::string& path, std::size_t index) {
       .string();
 }
 
+// SDALLOC_CONF's caching pool rows (mode, capacity and the planned arena's rows would mean
+// nothing here): one table, so the help below lists what parse accepts.
+const config::OptionTable<config::PoolConf>& pool_conf_table() {
+  using config::PoolConf;
+  static const config::OptionTable<PoolConf> table("--pool-conf", config::caching_pool_options(),
+                                                   [](PoolConf& conf, const config::KeySet& given) {
+                                                     config::raise_to_granularity(conf, given);
+                                                     config::validate_pool_conf("--pool-conf",
+                                                                                conf);
+                                                   });
+  return table;
+}
+
+std::string pool_conf_keys() {
+  std::string keys;
+  for (const auto& row : pool_conf_table().rows()) {
+    keys += (keys.empty() ? "" : ", ") + std::string(row.spec.key);
+  }
+  return keys;
+}
+
 }  // namespace
 
 CachingPoolOptions parse_pool_conf(std::string_view text) {
-  using config::PoolConf;
-  static const config::OptionTable<PoolConf> table(
-      "--pool-conf", config::pool_options({config::kModePool}),
-      [](PoolConf& conf, const config::KeySet& given) {
-        config::raise_to_granularity(conf, given);
-        config::validate_pool_conf("--pool-conf", conf);
-      });
-  return table.parse(text).pool;
+  return pool_conf_table().parse(text).pool;
 }
 
 void ReplayCommand::add_to(CLI::App& app) {
@@ -90,12 +104,10 @@ void ReplayCommand::add_to(CLI::App& app) {
                    "vmm: unmap and map each page it moves instead of moving runs of them "
                    "(mremap), as before 2026-12-03");
   replay
-      ->add_option(
-          "--pool-conf", options.pool_conf,
-          "pool (and planned's fallback): CachingPool options in SDALLOC_CONF's "
-          "spelling, e.g. huge_threshold:128MiB,consolidate:false (keys: granularity, "
-          "min_segment, huge_threshold, small_pool, small_granularity, initial_reservation, "
-          "release_before_growth, consolidate, spare_pages, grow_arena)")
+      ->add_option("--pool-conf", options.pool_conf,
+                   "pool (and planned's fallback): CachingPool options in SDALLOC_CONF's "
+                   "spelling, e.g. huge_threshold:128MiB,consolidate:false (keys: " +
+                       pool_conf_keys() + ")")
       ->check(
           [](const std::string& text) -> std::string {
             try {
