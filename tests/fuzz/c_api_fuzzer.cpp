@@ -3,7 +3,8 @@
 //
 // The input picks a pool (caching or planned, host memory, a small capacity and small
 // segments so that growth, release, consolidation and out-of-memory all happen within a few
-// operations; now and then an invalid configuration, which must be refused with
+// operations; a small-pool granularity or none, spare pages and arena growth on or off; now
+// and then an invalid configuration, which must be refused with
 // INVALID_ARGUMENT) and then up to 64 calls: malloc, aligned malloc (bad alignments too),
 // free (of live pointers, of freed ones, of pointers inside a block), record_stream,
 // allocation_size, trim, begin/end step, step stats, pool stats, memory_stat, layout,
@@ -15,6 +16,7 @@
 // A broken rule aborts (a finding). The pool is destroyed at the end of every input.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -116,6 +118,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     config.max_plans = in.ConsumeIntegral<std::uint8_t>();
     config.replan_after_divergent_steps = in.ConsumeIntegral<std::uint8_t>();
     config.resource = static_cast<sdalloc_resource_kind_t>(in.ConsumeIntegralInRange<int>(0, 2));
+    config.small_pool_limit = in.ConsumeIntegral<std::uint32_t>();
+    config.small_granularity = in.ConsumeIntegral<std::uint32_t>();
   } else {
     config.capacity =
         in.ConsumeBool() ? 0 : granule * in.ConsumeIntegralInRange<std::size_t>(1, 64);
@@ -125,9 +129,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     config.initial_reservation = in.ConsumeBool() ? granule : 0;
     config.max_plans = in.ConsumeIntegralInRange<std::size_t>(1, 3);
     config.replan_after_divergent_steps = in.ConsumeIntegralInRange<std::size_t>(1, 3);
+    // A small pool (segments of small_granularity while it holds less than the limit), or
+    // none; the granularity a power of two from 4 KiB up to the segment granularity.
+    config.small_pool_limit =
+        in.ConsumeBool() ? 0 : granule * in.ConsumeIntegralInRange<std::size_t>(1, 64);
+    config.small_granularity = std::size_t{4096} << in.ConsumeIntegralInRange<int>(
+                                   0, std::countr_zero(granule / std::size_t{4096}));
   }
   config.release_cached_before_growth = in.ConsumeBool();
   config.consolidate_when_empty = in.ConsumeBool();
+  // Spare pages and arena growth act where the resource moves pages (host memory).
+  config.keep_spare_pages = in.ConsumeBool();
+  config.grow_arena = in.ConsumeBool();
   config.planned = in.ConsumeBool();
   // A node limit ends each step's planning (the default 1 s clock would let one input take
   // a second): the same run on every execution. 64 nodes, not 512: the search itself is the
