@@ -305,8 +305,47 @@ bool RangeResource::do_split(void* /*ptr*/, std::size_t /*bytes*/, std::size_t /
 // =======================================================================================
 // RangeVirtualMemory
 
-RangeVirtualMemory::RangeVirtualMemory(ReservedRange& range, std::size_t physical_limit)
-    : range_(range), physical_limit_(physical_limit) {}
+namespace {
+
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4  // Linux 5.7; older C headers lack it
+#endif
+
+// Whether the kernel moves private anonymous pages with MREMAP_DONTUNMAP (Linux 5.7): tried
+// once on a written page, which must arrive with what was written.
+bool can_move_private_pages() {
+  void* area =
+      ::mmap(nullptr, 2 * kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (area == MAP_FAILED) return false;
+  const auto first = reinterpret_cast<std::uintptr_t>(area);
+  bool works = false;
+  if (ReservedRange::commit(area, kPage)) {
+    static_cast<volatile char*>(area)[0] = 'm';
+    works = RangeVirtualMemory::move_private_pages(first, first + kPage, kPage) == 0 &&
+            reinterpret_cast<volatile char*>(first + kPage)[0] == 'm';
+  }
+  ::munmap(area, 2 * kPage);
+  return works;
+}
+
+}  // namespace
+
+// `from` keeps an empty mapping (DONTUNMAP) until the caller protects it.
+int RangeVirtualMemory::move_private_pages(std::uintptr_t from, std::uintptr_t to,
+                                           std::size_t bytes) {
+  return ::mremap(reinterpret_cast<void*>(from), bytes, bytes,
+                  MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+                  reinterpret_cast<void*>(to)) == MAP_FAILED
+             ? errno
+             : 0;
+}
+
+RangeVirtualMemory::RangeVirtualMemory(ReservedRange& range, std::size_t physical_limit, bool moves,
+                                       PageMover mover)
+    : range_(range),
+      physical_limit_(physical_limit),
+      mover_(mover),
+      moves_(moves && mover != nullptr && can_move_private_pages()) {}
 
 std::string RangeVirtualMemory::name() const {
   return "preload-vm(" + format_size(range_.size()) + ")";
@@ -359,6 +398,74 @@ void RangeVirtualMemory::map(void* address, PhysicalChunk chunk) {
 
 void RangeVirtualMemory::unmap(void* address, std::size_t bytes, Stream /*last_use*/) {
   ReservedRange::protect(address, bytes);
+}
+
+void RangeVirtualMemory::move(void* from, void* to, const PhysicalChunk* chunks, std::size_t count,
+                              Stream /*last_use*/) {
+  if (!moves_) {
+    throw InvalidArgument(
+        "RangeVirtualMemory::move: moves are off here (the kernel cannot "
+        "move private pages before Linux 5.7, or the drop-in turned them off)");
+  }
+  if (count == 0) return;
+  if (chunks == nullptr) throw InvalidArgument("RangeVirtualMemory::move: no chunks given");
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (chunks[i].bytes == 0 || chunks[i].bytes % kPageSize != 0) {
+      throw InvalidArgument(
+          "RangeVirtualMemory::move: chunk sizes must be positive multiples "
+          "of 4 KiB");
+    }
+    total += chunks[i].bytes;
+  }
+  const auto src = reinterpret_cast<std::uintptr_t>(from);
+  const auto dst = reinterpret_cast<std::uintptr_t>(to);
+  const std::uintptr_t base = range_.base();
+  const std::size_t size = range_.size();
+  const auto inside = [&](std::uintptr_t p) {
+    return p % kPageSize == 0 && p >= base && p - base <= size && total <= size - (p - base);
+  };
+  if (!inside(src) || !inside(dst)) {
+    throw InvalidArgument(
+        "RangeVirtualMemory::move: both places must be page-aligned and inside "
+        "the reserved range");
+  }
+  if (src < dst + total && dst < src + total) {
+    throw InvalidArgument("RangeVirtualMemory::move: the places overlap");
+  }
+  int error = mover_(src, dst, total);
+  if (error != 0 && count > 1) {
+    // Before Linux 6.17 a run over several kernel mappings (pages moved there earlier keep
+    // mappings of their own) answers EFAULT: chunk by chunk then, each in one mapping. Any
+    // other refusal is tried the same way, and reported by the chunk that meets it.
+    std::size_t moved = 0;
+    error = 0;
+    for (std::size_t i = 0; i < count && error == 0; moved += chunks[i++].bytes) {
+      error = mover_(src + moved, dst + moved, chunks[i].bytes);
+      if (error != 0) {
+        // Back where they were, in reverse. A chunk that will not go back either (the
+        // kernel out of memory for mappings twice in a row) stays at `to` until the pool
+        // maps there again (MAP_FIXED replaces it), and its old place, still mapped but
+        // empty, reads as zero pages: the pool moves only free pages, whose contents
+        // nobody reads, so the pool stays right about what is mapped where.
+        for (std::size_t k = i; k-- > 0;) {
+          moved -= chunks[k].bytes;
+          if (mover_(dst + moved, src + moved, chunks[k].bytes) == 0) {
+            ReservedRange::protect(reinterpret_cast<void*>(dst + moved), chunks[k].bytes);
+          }
+        }
+        break;
+      }
+    }
+  }
+  if (error != 0) {
+    const std::string what =
+        std::string("RangeVirtualMemory::move: mremap: ") + std::strerror(error);
+    if (error == ENOMEM)
+      throw OutOfMemory::describe("the drop-in's address range", info_of(total, 0, 0), what);
+    throw Error(what);
+  }
+  ReservedRange::protect(from, total);  // reserved space again, its pages gone with the move
 }
 
 }  // namespace sdalloc::preload

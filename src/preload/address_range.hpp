@@ -139,9 +139,23 @@ class RangeResource final : public MemoryResource {
 // elsewhere. VirtualMemoryPool never needs that (it moves only pages that lie wholly in free
 // space), and anonymous private pages are what make fork() safe: a memfd's MAP_SHARED pages
 // (HostVirtualMemory) would be shared by parent and child.
+// move() does keep them: mremap(MREMAP_DONTUNMAP) takes the pages and their page tables to
+// the new place (Linux 5.7; probed once, at construction), so a page the pool moves is not
+// freed and faulted in again as an unmap and a map would have it; the old place is made
+// reserved space again at once (never a hole another mmap could land in). Moved pages are
+// not FreshPages: they hold what was written there.
 class RangeVirtualMemory final : public VirtualMemory {
  public:
-  RangeVirtualMemory(ReservedRange& range, std::size_t physical_limit);
+  // Moves the pages of [from, from + bytes) to `to` with their page tables, leaving `from`
+  // mapped but empty; answers 0 or the errno of the refusal (nothing moved then).
+  using PageMover = int (*)(std::uintptr_t from, std::uintptr_t to, std::size_t bytes);
+  // The kernel's: mremap(MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP).
+  static int move_private_pages(std::uintptr_t from, std::uintptr_t to, std::size_t bytes);
+
+  // `moves`: use move() where the kernel can (false: the pool unmaps and maps instead).
+  // `mover` does each move (tests put in one that refuses, to reach the undo).
+  RangeVirtualMemory(ReservedRange& range, std::size_t physical_limit, bool moves = true,
+                     PageMover mover = &move_private_pages);
 
   std::size_t granularity() const override { return kPageSize; }
   void* reserve(std::size_t bytes, std::size_t alignment = 0) override;
@@ -150,6 +164,14 @@ class RangeVirtualMemory final : public VirtualMemory {
   void destroy(PhysicalChunk chunk) override;
   void map(void* address, PhysicalChunk chunk) override;
   void unmap(void* address, std::size_t bytes, Stream last_use) override;
+  bool can_move() const override { return moves_; }
+  // All or nothing: one mremap for the whole run where it lies in one kernel mapping, else
+  // one per chunk (a chunk is one map() and never spans two), each undone if a later one is
+  // refused. InvalidArgument for what breaks the contract (outside the range, overlapping,
+  // not whole pages) or where moves are off; OutOfMemory when the kernel lacks memory for
+  // its mappings, Error otherwise.
+  void move(void* from, void* to, const PhysicalChunk* chunks, std::size_t count,
+            Stream last_use) override;
   std::size_t physical_capacity() const override { return physical_limit_; }
   std::string name() const override;
 
@@ -158,6 +180,8 @@ class RangeVirtualMemory final : public VirtualMemory {
  private:
   ReservedRange& range_;
   const std::size_t physical_limit_;
+  const PageMover mover_;
+  const bool moves_;
   std::atomic<std::size_t> physical_{0};
   std::atomic<std::uint64_t> next_handle_{1};
 };

@@ -54,6 +54,12 @@ std::vector<Option<PreloadConfig>> preload_rows() {
       "threshold and no heap trimming (mallopt M_MMAP_THRESHOLD, M_TRIM_THRESHOLD), so they "
       "are not faulted in again every iteration. `false`: glibc's defaults.",
       [](auto& c) -> auto& { return c.keep_system_heap; }));
+  own.push_back(config::bool_option<PreloadConfig>(
+      "vmm_moves",
+      "`mode:vmm`: a free page the pool needs elsewhere moves there with its page table "
+      "(mremap, Linux 5.7), keeping what the program faulted in; `false`: it is unmapped and "
+      "a fresh page mapped, faulted in again on first use.",
+      [](auto& c) -> auto& { return c.vmm_moves; }));
   rows.insert(rows.begin() + 1, own.begin(), own.end());  // after mode
   return rows;
 }

@@ -38,6 +38,9 @@ struct PreloadConfig : config::PoolConf {
   // glibc keeps what it serves below the threshold in its heaps (mallopt: no mmap'd blocks
   // below the threshold, no trimming), as tcmalloc keeps its memory; off: glibc's defaults.
   bool keep_system_heap = true;
+  // mode:vmm moves free pages with their page tables (mremap) where the kernel can, instead
+  // of unmapping and mapping fresh ones.
+  bool vmm_moves = true;
 };
 
 const config::OptionTable<PreloadConfig>& preload_options();

@@ -134,7 +134,8 @@ bool Runtime::build() {
   try {
     switch (config_.mode) {
       case Mode::kVmm: {
-        virtual_memory_ = std::make_unique<RangeVirtualMemory>(range_, config_.capacity);
+        virtual_memory_ =
+            std::make_unique<RangeVirtualMemory>(range_, config_.capacity, config_.vmm_moves);
         VirtualMemoryPoolOptions options;
         options.max_physical_bytes = config_.capacity;
         // Ranges come out of the one reservation: a few per pool, each well inside it.

@@ -46,6 +46,8 @@ TEST(PreloadConfig, ParsesItsOwnKeys) {
   EXPECT_EQ(parse_preload_config("mode:vmm").mode, Mode::kVmm);
   EXPECT_TRUE(parse_preload_config("huge_pages:true").huge_pages);
   EXPECT_FALSE(parse_preload_config("keep_system_heap:false").keep_system_heap);
+  EXPECT_TRUE(parse_preload_config("").vmm_moves);
+  EXPECT_FALSE(parse_preload_config("vmm_moves:false").vmm_moves);
 }
 
 TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
@@ -53,7 +55,8 @@ TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
             "SDALLOC_CONF: mode must be pool, vmm or planned, in 'mode:async'");
   EXPECT_EQ(parse_error("backend:host"),
             "SDALLOC_CONF: unknown key 'backend' (known: mode, threshold, address_space, report, "
-            "record, huge_pages, keep_system_heap, capacity, replan_after, max_plans, plan_nodes, "
+            "record, huge_pages, keep_system_heap, vmm_moves, capacity, replan_after, max_plans, "
+            "plan_nodes, "
             "granularity, min_segment, huge_threshold, small_pool, small_granularity, "
             "initial_reservation, "
             "release_before_growth, "
