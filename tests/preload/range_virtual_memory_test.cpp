@@ -45,24 +45,24 @@ struct Chunks {
   }
   // The letter of each chunk at `offset` ('?' where a chunk reads mixed).
   static std::string letters(void* base, std::size_t offset, std::size_t count) {
-    std::string out;
-    for (std::size_t i = 0; i < count; ++i) {
-      const char* p = at(base, offset + i * kChunk);
-      char c = p[0];
-      for (std::size_t b = 0; b < kChunk; b += kPage) c = p[b] == c && p[kChunk - 1] == c ? c : '?';
-      out += c;
-    }
-    return out;
+    return test::chunk_letters(at(base, offset), kChunk, count);
   }
   RangeVirtualMemory& memory;
   void* base;
   std::vector<PhysicalChunk> chunks;
 };
 
-TEST(RangeVirtualMemoryMove, MovesPagesWithTheirContentsAndPageTables) {
+// Memory that moves where the kernel can; the tests skip, saying why, where it cannot.
+class RangeVirtualMemoryMove : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move private pages (Linux 5.7)";
+  }
   Range range;
-  RangeVirtualMemory memory(range.reserved, 0);
-  if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move private pages (Linux 5.7)";
+  RangeVirtualMemory memory{range.reserved, 0};
+};
+
+TEST_F(RangeVirtualMemoryMove, MovesPagesWithTheirContentsAndPageTables) {
   void* base = memory.reserve(16 * kChunk);
   Chunks four(memory, base, 4);
   FreshPages::of_this_thread().clear();
@@ -86,10 +86,7 @@ TEST(RangeVirtualMemoryMove, MovesPagesWithTheirContentsAndPageTables) {
 // Pages moved in from elsewhere keep a kernel mapping of their own beside their new
 // neighbours (another anon_vma). Linux 6.17 and later move such a run in one mremap; before,
 // it answers EFAULT and the run moves chunk by chunk. Either way it arrives whole.
-TEST(RangeVirtualMemoryMove, ARunOverSeveralKernelMappingsMoves) {
-  Range range;
-  RangeVirtualMemory memory(range.reserved, 0);
-  if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move private pages (Linux 5.7)";
+TEST_F(RangeVirtualMemoryMove, ARunOverSeveralKernelMappingsMoves) {
   void* base = memory.reserve(16 * kChunk);
   void* elsewhere = memory.reserve(4 * kChunk);
   Chunks a(memory, base, 1);
@@ -124,7 +121,7 @@ struct ScriptedMover {
 // A run the kernel will not move in one call moves chunk by chunk; a chunk it refuses fails
 // the call (OutOfMemory for ENOMEM, Error otherwise) after the chunks before it moved, and
 // they go back: all or nothing.
-TEST(RangeVirtualMemoryMove, ChunkByChunkWhereTheRunIsRefusedAndUndoneWhereAChunkIs) {
+TEST(RangeVirtualMemoryMoves, ChunkByChunkWhereTheRunIsRefusedAndUndoneWhereAChunkIs) {
   Range range;
   RangeVirtualMemory memory(range.reserved, 0, true, &ScriptedMover::move);
   if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move private pages (Linux 5.7)";
@@ -166,10 +163,7 @@ TEST(RangeVirtualMemoryMove, ChunkByChunkWhereTheRunIsRefusedAndUndoneWhereAChun
 }
 
 // Every misuse throws InvalidArgument and moves nothing.
-TEST(RangeVirtualMemoryMove, MisuseIsRejectedAndMovesNothing) {
-  Range range;
-  RangeVirtualMemory memory(range.reserved, 0);
-  if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move private pages (Linux 5.7)";
+TEST_F(RangeVirtualMemoryMove, MisuseIsRejectedAndMovesNothing) {
   void* base = memory.reserve(8 * kChunk);
   Chunks two(memory, base, 2);
   const PhysicalChunk* c = two.chunks.data();
@@ -188,7 +182,7 @@ TEST(RangeVirtualMemoryMove, MisuseIsRejectedAndMovesNothing) {
   memory.unmap(base, 2 * kChunk, Stream{});
 }
 
-TEST(RangeVirtualMemoryMove, MovesCanBeTurnedOff) {
+TEST(RangeVirtualMemoryMoves, CanBeTurnedOff) {
   Range range;
   RangeVirtualMemory memory(range.reserved, 0, /*moves=*/false);
   EXPECT_FALSE(memory.can_move());
@@ -203,7 +197,7 @@ TEST(RangeVirtualMemoryMove, MovesCanBeTurnedOff) {
 // The pool over it: ten blocks of 24 pages with every other one freed leave 60 free pages
 // in gaps no 6 MiB request fits; the request's 96 pages are moved there (as runs), none
 // unmapped, and with moves off every page is unmapped and mapped instead.
-TEST(RangeVirtualMemoryMove, APoolMovesFreePagesUnderARequest) {
+TEST(RangeVirtualMemoryMoves, APoolMovesFreePagesUnderARequest) {
   for (const bool moves : {true, false}) {
     Range range;
     RangeVirtualMemory memory(range.reserved, 0, moves);

@@ -86,7 +86,9 @@ TEST(HostCoalesceTest, MovesEachRangesPagesIntoTheNewRangeInOrder) {
     const std::size_t bytes = 12 * kMiB;
     void* merged = host.coalesce(ranges, bytes);
     ASSERT_NE(merged, nullptr);
-    if (huge) EXPECT_EQ(reinterpret_cast<std::uintptr_t>(merged) % HostResource::kHugePageSize, 0u);
+    if (huge) {
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(merged) % HostResource::kHugePageSize, 0u);
+    }
     // Each range at the next page (the next 2 MiB with huge pages), its bytes intact.
     std::size_t offset = 0;
     for (std::size_t i = 0; i < 3; ++i) {
@@ -147,7 +149,9 @@ TEST(HostCoalesceTest, ARangeMadeOfSeveralMappingsMovesWhole) {
   const ResourceRange again[] = {{once, 6 * kMiB}};
   void* twice = host.coalesce(again, 6 * kMiB);
   for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(pages_holding(bytes_of(twice) + i * kMiB, kMiB, 0x30 + i), kMiB / kPage) << i;
+    EXPECT_EQ(pages_holding(bytes_of(twice) + i * kMiB, kMiB, static_cast<unsigned char>(0x30 + i)),
+              kMiB / kPage)
+        << i;
   }
   EXPECT_EQ(pages_holding(bytes_of(twice) + 4 * kMiB, 2 * kMiB, 0x40), 2 * kMiB / kPage);
   EXPECT_TRUE(is_unmapped(once, 6 * kMiB));

@@ -43,14 +43,7 @@ struct FourChunks {
   }
   // Letters of the chunks at `offset`, one per chunk ('?' where a chunk reads mixed).
   std::string letters(std::size_t offset, std::size_t count) const {
-    std::string out;
-    for (std::size_t i = 0; i < count; ++i) {
-      const char* p = at(base, offset + i * kChunk);
-      char c = p[0];
-      for (std::size_t b = 0; b < kChunk; b += kPage) c = p[b] == c && p[kChunk - 1] == c ? c : '?';
-      out += c;
-    }
-    return out;
+    return test::chunk_letters(at(base, offset), kChunk, count);
   }
   HostVirtualMemory& memory;
   void* base;

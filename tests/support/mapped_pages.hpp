@@ -61,4 +61,19 @@ inline std::size_t kernel_mappings() {
   return lines;
 }
 
+// What `count` chunks of `chunk` bytes from `base` hold, one letter each: the first byte of
+// every 4 KiB page of the chunk and its last byte when they all agree, else '?' (a chunk
+// whose pages came from different places). For tests that fill each chunk with a letter of
+// its own and move them.
+inline std::string chunk_letters(const void* base, std::size_t chunk, std::size_t count) {
+  std::string out;
+  for (std::size_t i = 0; i < count; ++i) {
+    const char* p = static_cast<const char*>(base) + i * chunk;
+    char c = p[0];
+    for (std::size_t b = 0; b < chunk; b += 4096) c = p[b] == c && p[chunk - 1] == c ? c : '?';
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace sdalloc::test
