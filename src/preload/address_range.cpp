@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/bits.hpp"
+#include "resources/page_table_move.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 
@@ -307,10 +308,6 @@ bool RangeResource::do_split(void* /*ptr*/, std::size_t /*bytes*/, std::size_t /
 
 namespace {
 
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4  // Linux 5.7; older C headers lack it
-#endif
-
 // Whether the kernel moves private anonymous pages with MREMAP_DONTUNMAP (Linux 5.7): tried
 // once on a written page, which must arrive with what was written.
 bool can_move_private_pages() {
@@ -333,11 +330,8 @@ bool can_move_private_pages() {
 // `from` keeps an empty mapping (DONTUNMAP) until the caller protects it.
 int RangeVirtualMemory::move_private_pages(std::uintptr_t from, std::uintptr_t to,
                                            std::size_t bytes) {
-  return ::mremap(reinterpret_cast<void*>(from), bytes, bytes,
-                  MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
-                  reinterpret_cast<void*>(to)) == MAP_FAILED
-             ? errno
-             : 0;
+  return detail::move_with_page_tables(reinterpret_cast<void*>(from), reinterpret_cast<void*>(to),
+                                       bytes);
 }
 
 RangeVirtualMemory::RangeVirtualMemory(ReservedRange& range, std::size_t physical_limit, bool moves,

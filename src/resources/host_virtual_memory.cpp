@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "core/bits.hpp"
+#include "resources/page_table_move.hpp"
 #include "resources/virtual_memory_ledger.hpp"
 #include "sdalloc/core/errors.hpp"
 
@@ -58,20 +59,12 @@ bool reserve_again(void* address, std::size_t bytes) {
   throw Error(name + ": " + what);
 }
 
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4  // Linux 5.7 (shared mappings: 5.13); older C headers lack it
-#endif
-
 // Moves the mapping [from, from + bytes) (one kernel mapping) to `to`, page tables and all,
 // and makes `from` reserved space again. Answers 0 or the errno of the refused mremap, in
 // which case nothing moved.
 int move_mapping(void* from, void* to, std::size_t bytes) {
-  if (::mremap(from, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, to) ==
-      MAP_FAILED) {
-    return errno;
-  }
-  // DONTUNMAP left `from` mapped to the same extent without page tables: never a hole.
-  // Should the system refuse to make it reserved space again, the empty mapping stays until
+  if (const int error = detail::move_with_page_tables(from, to, bytes); error != 0) return error;
+  // Should the system refuse to make `from` reserved space again, the empty mapping stays until
   // the next map there or the range's release (only a use after free could touch it, and
   // it would see the same pages).
   (void)reserve_again(from, bytes);
