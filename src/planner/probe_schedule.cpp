@@ -54,6 +54,12 @@ constexpr std::chrono::milliseconds kMinimumProbe{50};
 // Under a node limit (PlannerOptions::max_search_nodes) the probes share the nodes left as
 // they share the time, and each may take at least this many.
 constexpr std::uint64_t kMinimumProbeNodes = 1024;
+// Under a node limit the sweeps' probes are sized in nodes, not time: kFirstSweepProbe
+// made the plan depend on the machine's speed and on what else it ran, which a node limit
+// is there to rule out (MiniMalloc's D in 300,000 nodes: 1034240 or 1025024 bytes from run
+// to run on one machine). About 10 ms of search here; D and J then reach 1025024 and
+// 1022976 bytes in the planner test's node limits (3000 and 10000 gave 1031168-1035264).
+constexpr std::uint64_t kFirstSweepProbeNodes = 1024;
 
 // The greatest common divisor of the sizes and of the alignments above 1: offsets built
 // from sums of sizes, each rounded up to an alignment, stay multiples of it.
@@ -227,14 +233,22 @@ class ProbeSchedule {
 
   void sweep(Worker& w) {
     while (const std::optional<SweepProbe> next = next_sweep_probe()) {
-      probe(w, next->target, std::min(deadline_, Clock::now() + next->budget),
-            share_of_nodes_left(kBisectProbeShare), next->seed);
+      if (options_.max_search_nodes != 0) {
+        const std::uint64_t nodes =
+            std::min(share_of_nodes_left(1.0), kFirstSweepProbeNodes * next->restart_term);
+        probe(w, next->target, deadline_, nodes, next->seed);
+      } else {
+        probe(w, next->target,
+              std::min(deadline_, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                     kFirstSweepProbe * next->restart_term)),
+              0, next->seed);
+      }
     }
   }
 
   struct SweepProbe {
     std::uint64_t target;
-    Clock::duration budget;
+    std::uint64_t restart_term;  // its budget in first probes' budgets: Luby's sequence
     std::uint64_t seed;
   };
 
@@ -266,7 +280,7 @@ class ProbeSchedule {
           busy = true;  // another thread is on it
           continue;
         }
-        return SweepProbe{target, kFirstSweepProbe * luby(sweep_ + 1), sweep_};
+        return SweepProbe{target, luby(sweep_ + 1), sweep_};
       }
       if (busy) {
         // Every target left is being probed: wait for one of those probes to end.
