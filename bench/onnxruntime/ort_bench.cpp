@@ -20,7 +20,8 @@
 // from before the session was made to the end, weights included); the allocator's own figures where
 // it has them (sdalloc's PoolStats; ORT arena's GetStats keys): bytes held at the peak over the
 // runs beyond what was live before the first run, and the peak live bytes the same way (for sdalloc
-// also the steady state: runs 2..N, after a plan exists); time per run (the first run apart; the
+// also the steady state: runs 2..N, after a plan exists, and what it holds after the last run,
+// which a long-lived session keeps between requests); time per run (the first run apart; the
 // mean of the others); the output's FNV-1a hash (equal bytes give equal hashes across
 // configurations).
 #include <onnxruntime_c_api.h>
@@ -271,7 +272,8 @@ int run(const Args& args) {
     std::printf(", \"peak_live_bytes\": %zu, \"held_bytes\": %zu, \"pool\": \"%s\"",
                 s.peak_live_bytes - live_before, s.peak_reserved_bytes - live_before,
                 allocator->pool().name().c_str());
-    std::printf(", \"steady_held_bytes\": %zu", steady_held);
+    std::printf(", \"steady_held_bytes\": %zu, \"end_held_bytes\": %zu", steady_held,
+                s.reserved_bytes - std::min(s.reserved_bytes, live_before));
     std::printf(", \"reserved_before_runs\": %zu, \"allocs\": %llu", reserved_before,
                 static_cast<unsigned long long>(allocator->counters().allocs));
     if (planned) {

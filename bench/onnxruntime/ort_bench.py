@@ -12,6 +12,8 @@ Columns (figures come from sdalloc_ort_bench, each configuration measured the sa
   held         the allocator's own peak bytes over the runs beyond what was live before
                them (ORT arena: TotalAllocated; sdalloc: peak reserved); '-' for glibc
   steady held  sdalloc: the same over runs 2..N (after PlannedArena's plan exists)
+  end held     sdalloc: what it holds after the last run beyond what was live before the
+               first: what a long-lived session keeps between requests
   peak live    the allocator's peak live bytes over the runs (ORT: MaxInUse; sdalloc: the
                pool's peak live), beyond what was live before them
   ms/run       median over rounds of the mean of runs 2..N; first run apart
@@ -76,6 +78,7 @@ def main(argv=None):
             "rss_peak_bytes": max(x["rss_peak_bytes"] for x in rs),
             "held_bytes": first.get("held_bytes"),
             "steady_held_bytes": first.get("steady_held_bytes"),
+            "end_held_bytes": first.get("end_held_bytes"),
             "peak_live_bytes": first.get("peak_live_bytes"),
             "ms_per_run": statistics.median(x["ms_per_run"] for x in rs),
             "first_run_ms": statistics.median(x["first_run_ms"] for x in rs),
@@ -87,16 +90,17 @@ def main(argv=None):
 
     print(f"\nmodel {args.model}: {args.runs} runs x {args.rounds} rounds, "
           f"{args.threads} intra-op thread(s)\n")
-    print("| configuration | RSS growth MiB | peak RSS MiB | held MiB | steady held MiB | peak live MiB "
-          "| ms/run | first run ms | faults/run | output |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| configuration | RSS growth MiB | peak RSS MiB | held MiB | steady held MiB | end held MiB "
+          "| peak live MiB | ms/run | first run ms | faults/run | output |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     ref = rows.get("ort-default")
     for c in configs:
         w = rows[c]
         same = ref is not None and w["output_hash"] == ref["output_hash"] and w["hashes_agree"]
         print(f"| {c} | {mib(w['rss_growth_bytes'])} | {mib(w['rss_peak_bytes'])} "
               f"| {mib(w['held_bytes'])} "
-              f"| {mib(w['steady_held_bytes'])} | {mib(w['peak_live_bytes'])} "
+              f"| {mib(w['steady_held_bytes'])} | {mib(w['end_held_bytes'])} "
+              f"| {mib(w['peak_live_bytes'])} "
               f"| {w['ms_per_run']:.1f} | {w['first_run_ms']:.1f} | {w['faults_per_run']:.0f} "
               f"| {'equal' if same else 'DIFFERS'} |")
 

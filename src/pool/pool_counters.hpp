@@ -3,7 +3,9 @@
 // A Gauge is a current value with its high-water mark. Segments are counted while the
 // owning shard's lock is held, so with every shard locked (check_invariants) the figures
 // agree exactly with the segments. The peak is raised with compare-exchange only when the current
-// value passes it, so in a steady state an update is one atomic add and one load.
+// value passes it, so in a steady state an update is one atomic add and two loads. The peak
+// is a figure (reset_peak starts a new one); high() is the highest value ever, which a pool's
+// policy may use: measuring must not change what the pool does.
 #pragma once
 
 #include <atomic>
@@ -16,18 +18,25 @@ class Gauge {
  public:
   void add(std::size_t n) {
     const std::size_t now = current_.fetch_add(n, std::memory_order_relaxed) + n;
-    std::size_t peak = peak_.load(std::memory_order_relaxed);
-    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-    }
+    raise(peak_, now);
+    raise(high_, now);
   }
   void sub(std::size_t n) { current_.fetch_sub(n, std::memory_order_relaxed); }
   std::size_t current() const { return current_.load(std::memory_order_relaxed); }
   std::size_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  std::size_t high() const { return high_.load(std::memory_order_relaxed); }
   void reset_peak() { peak_.store(current(), std::memory_order_relaxed); }
 
  private:
+  static void raise(std::atomic<std::size_t>& mark, std::size_t now) {
+    std::size_t seen = mark.load(std::memory_order_relaxed);
+    while (now > seen && !mark.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
+  }
+
   std::atomic<std::size_t> current_{0};
   std::atomic<std::size_t> peak_{0};
+  std::atomic<std::size_t> high_{0};
 };
 
 // Figures that change only on the slow path (segments come and go), shared by all shards.

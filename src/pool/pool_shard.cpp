@@ -72,6 +72,7 @@ Block* PoolShard::make_live(Block* block, std::size_t requested) {
   ++f.live_allocations;
   if (f.live_bytes > f.peak_live_bytes) f.peak_live_bytes = f.live_bytes;
   if (f.allocated_bytes > f.peak_allocated_bytes) f.peak_allocated_bytes = f.allocated_bytes;
+  if (f.allocated_bytes > f.high_allocated_bytes) f.high_allocated_bytes = f.allocated_bytes;
   if (f.allocated_bytes > f.peak_allocated_since_mark) {
     f.peak_allocated_since_mark = f.allocated_bytes;
   }
@@ -205,6 +206,9 @@ void PoolShard::count_reserved(std::size_t bytes) {
   figures.reserved_bytes += bytes;
   if (figures.reserved_bytes > figures.peak_reserved_bytes) {
     figures.peak_reserved_bytes = figures.reserved_bytes;
+  }
+  if (figures.reserved_bytes > figures.high_reserved_bytes) {
+    figures.high_reserved_bytes = figures.reserved_bytes;
   }
 }
 

@@ -72,6 +72,12 @@ struct ShardFigures {
   std::size_t segments = 0;        // segments this shard holds now
   std::size_t reserved_bytes = 0;  // their bytes
   std::size_t peak_reserved_bytes = 0;
+  // The highest allocated and reserved bytes since the shard was made: what CachingPool's
+  // policy sizes its arena and judges floors by. reset_peak() leaves them: a caller that
+  // measures a stretch of work (torch.cuda.reset_peak_memory_stats) must not change what
+  // the pool does next.
+  std::size_t high_allocated_bytes = 0;
+  std::size_t high_reserved_bytes = 0;
 
   void reset_peak() {
     peak_live_bytes = live_bytes;
@@ -176,6 +182,10 @@ class alignas(64) PoolShard {
   std::vector<PendingFree> pending;
   ShardFigures figures;
   bool churned = false;  // released segments to grow since the last consolidation
+  // Took a new segment, before any arena, while more than 1/16 of its allocated bytes lay
+  // free in its segments (they serve its work badly): CachingPool consolidates such a shard
+  // too, though it never churned (note_fragmented_growth).
+  bool fragmented = false;
   // For consolidation while long-lived blocks stay (CachingPool's note_low): the fewest
   // bytes allocated since it churned, and the floor it came back to, with the peak then.
   std::size_t churn_low = 0;

@@ -79,6 +79,12 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // those of idle streams) go back, the requester's unlinked into the answer for the new
   // range's pages (release_cached_before_growth); the shard is then churned.
   std::vector<Segment*> release_to_grow(PoolShard& shard, std::size_t growth);
+  // Before a new segment of `segment_size` for `fit`: if the shard, no arena yet, will then
+  // hold more than 1/kFragmentedShare of its allocated bytes free, its segments serve the
+  // work badly, whether or not it ever releases one; it is marked to consolidate (not in a
+  // pool that keeps its cache: release_cached_before_growth off).
+  void note_fragmented_growth(PoolShard& shard, const Fit& fit, std::size_t segment_size);
+  static constexpr std::size_t kFragmentedShare = 16;
   // Grows the shard's arena (the consolidated segment with the most free bytes at its end)
   // in place by what the request lacks, and serves the request there; nullptr when the
   // shard has no arena, the resource cannot grow it, or the grown tail was taken meanwhile
@@ -133,11 +139,12 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // Unlinks the shard's spare segments (caller holds shard.mutex) for returning or exchange.
   static std::vector<Segment*> take_spare(PoolShard& shard);
   bool give_back(void* base, std::size_t size, Stream stream) noexcept;
-  // Consolidation is possible: the shard churned, holds several segments, and no block of
-  // it waits for another stream.
+  // Consolidation is possible: the shard churned or fragmented, holds several segments, and
+  // no block of it waits for another stream.
   bool may_consolidate(const PoolShard& shard) const {
-    return shard.churned && shard.figures.segments + shard.spare.size() >= 2 &&
-           options.consolidate_when_empty && shard.pending.empty();
+    return (shard.churned || shard.fragmented) &&
+           shard.figures.segments + shard.spare.size() >= 2 && options.consolidate_when_empty &&
+           shard.pending.empty();
   }
   // After a free on the shard: has the work that churned ended (consolidate())? When the
   // shard is empty; or when it is back at a floor of long-lived blocks, such as a model's
@@ -149,6 +156,9 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // 1/kFloorTolerance of that peak. Without that rise, a floor reached twice inside one
   // forward pass (rec_sdunet_b2_32x32: 81 MiB of a 145 MiB peak, twice, before a later
   // peak of 153) made an arena too small for what followed: 1.45 x live instead of 1.12.
+  // A shard that only fragmented (an ONNX Runtime session: the first run takes its
+  // segments, and every later run fits in them, so nothing churns again) needs no churn
+  // between the two lows: the floor comes back with no growth in between.
   void note_low(PoolShard& shard) const {
     if (!may_consolidate(shard)) return;  // the steady state: one test
     detail::ShardFigures& f = shard.figures;
@@ -157,9 +167,9 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
       return;
     }
     const std::size_t now = f.allocated_bytes;
-    if (now > shard.churn_low || now < f.peak_allocated_bytes / 2) return;
+    if (now > shard.churn_low || now < f.high_allocated_bytes / 2) return;
     shard.churn_low = now;
-    if (!shard.floor_armed || shard.churned_since_floor) {
+    if (!shard.floor_armed || shard.churned_since_floor || !shard.churned) {
       const std::size_t floor = shard.floor_bytes;
       const std::size_t tolerance = floor / kFloorTolerance;
       const std::size_t peak = shard.floor_peak;
@@ -170,7 +180,7 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
       }
       shard.floor_armed = true;
       shard.churned_since_floor = false;
-      shard.floor_peak = f.peak_allocated_bytes;
+      shard.floor_peak = f.high_allocated_bytes;
     }
     shard.floor_bytes = now;
     f.peak_allocated_since_mark = now;

@@ -100,13 +100,14 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   // 3. The shard's arena, grown in place where the resource can.
   if (void* ptr = grow_arena(shard, fit, bytes)) return ptr;
   // 4. A new segment from the resource.
-  std::size_t grain = segment_grain(counters.reserved_bytes.peak() + fit.needed);
+  std::size_t grain = segment_grain(counters.reserved_bytes.high() + fit.needed);
   if (fit.huge) grain = huge_grain(fit.needed, grain);
   std::size_t segment_size = round_up(fit.needed, grain);
   const bool huge = fit.huge && segment_size >= options.min_segment_size;
   if (grain == options.segment_granularity) {
     segment_size = std::max(segment_size, options.min_segment_size);
   }
+  note_fragmented_growth(shard, fit, segment_size);
   // The shard's own free segments go back in exchange for the new one (their pages move
   // into it where the resource can: see exchange_segments and pages_for).
   std::vector<Segment*> released = release_to_grow(shard, segment_size);
@@ -144,16 +145,33 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
 std::vector<Segment*> CachingPool::Impl::release_to_grow(PoolShard& shard, std::size_t growth) {
   std::vector<Segment*> released;
   if (options.release_cached_before_growth &&
-      counters.reserved_bytes.current() + growth > counters.reserved_bytes.peak() &&
+      counters.reserved_bytes.current() + growth > counters.reserved_bytes.high() &&
       release_free_segments(&shard, /*wait=*/false, &released) != 0) {
     std::lock_guard lock(shard.mutex);
     // Memory went back only to be asked for again: see consolidate().
     const std::size_t allocated = shard.figures.allocated_bytes;
-    shard.churn_low = shard.churned ? std::min(shard.churn_low, allocated) : allocated;
+    const bool low_kept = shard.churned || shard.fragmented;
+    shard.churn_low = low_kept ? std::min(shard.churn_low, allocated) : allocated;
     shard.churned = true;
     shard.churned_since_floor = true;
   }
   return released;
+}
+
+void CachingPool::Impl::note_fragmented_growth(PoolShard& shard, const Fit& fit,
+                                               std::size_t segment_size) {
+  if (!options.release_cached_before_growth) return;  // it keeps what it took, by request
+  std::lock_guard lock(shard.mutex);
+  if (shard.fragmented) return;
+  const std::size_t free_after = shard.free_bytes() + (segment_size - fit.needed);
+  const std::size_t allocated_after = shard.figures.allocated_bytes + fit.needed;
+  if (free_after <= allocated_after / kFragmentedShare) return;
+  for (const Segment* s = shard.segments; s != nullptr; s = s->next) {
+    if (s->arena) return;  // an arena that overflows is not made again at the same size
+  }
+  const std::size_t allocated = shard.figures.allocated_bytes;
+  shard.churn_low = shard.churned ? std::min(shard.churn_low, allocated) : allocated;
+  shard.fragmented = true;
 }
 
 void* CachingPool::Impl::allocate_from_other_shards(PoolShard& shard, const Fit& fit,
