@@ -304,6 +304,18 @@ std::size_t PoolShard::largest_free() const {
   std::size_t largest = 0;
   if (const Block* b = normal.largest()) largest = b->size;
   if (const Block* b = huge.largest()) largest = std::max(largest, b->size);
+  if (quick.bytes() == 0) return largest;
+  // Parked blocks merge with their free neighbours only when the lists are drained; the
+  // largest block a request would find is the longest run of free blocks in a segment.
+  // Walked here rather than drained: draining changes where later blocks go, so a caller
+  // polling stats() would steer the pool.
+  for (const Segment* s = segments; s != nullptr; s = s->next) {
+    std::size_t run = 0;
+    for (const Block* b = s->first; b != nullptr && b->segment == s; b = b->next) {
+      run = b->free ? run + b->size : 0;
+      largest = std::max(largest, run);
+    }
+  }
   return largest;
 }
 

@@ -177,11 +177,10 @@ std::size_t StreamOrderedCore::allocation_size(const void* ptr) const {
 // ---------------------------------------------------------------------------------------
 // figures
 
-PoolStats StreamOrderedCore::shard_stats(bool drain) const {
+PoolStats StreamOrderedCore::shard_stats() const {
   PoolStats s;
   for (PoolShard* shard : shards()) {
     std::lock_guard lock(shard->mutex);
-    if (drain) shard->drain_quick_lists();
     const ShardFigures& f = shard->figures;
     s.live_bytes += f.live_bytes;
     s.peak_live_bytes += f.peak_live_bytes;

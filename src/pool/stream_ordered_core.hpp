@@ -149,9 +149,10 @@ class StreamOrderedCore {
 
   // --- figures ----------------------------------------------------------------------------
   // The per-shard figures summed (see pool_shard.hpp for why they are per shard), with free
-  // bytes, the largest free block, pending bytes and the stream count. With `drain`, quick
-  // lists are merged first so largest_free_block is what a request would find.
-  PoolStats shard_stats(bool drain) const;
+  // bytes, the largest free block (what a request would find: parked blocks merged with
+  // their neighbours, though nothing is merged), pending bytes and the stream count. Reads
+  // only: what a caller measures does not change what the pool does.
+  PoolStats shard_stats() const;
   void reset_shard_peaks();
   std::atomic<std::uint64_t>& ooms() const { return ooms_; }
   std::atomic<std::uint64_t>& oom_retries() const { return oom_retries_; }

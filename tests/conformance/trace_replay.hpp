@@ -35,10 +35,10 @@
 
 namespace sdalloc::conformance {
 
-// Replays every event through `pool`, checking the invariants now and then. Fails (and
-// stops) at the first event the pool refuses.
-template <sdalloc::Pool P>
-::testing::AssertionResult replay(const EventTrace& trace, P& pool) {
+// Replays every event through `pool`, checking the invariants now and then, and calling
+// `after_each()` after every event. Fails (and stops) at the first event the pool refuses.
+template <sdalloc::Pool P, std::invocable AfterEach>
+::testing::AssertionResult replay(const EventTrace& trace, P& pool, AfterEach&& after_each) {
   std::unordered_map<std::uint64_t, void*> live;  // trace id -> pointer
   std::size_t index = 0;
   for (const TraceEvent& event : trace.events) {
@@ -59,10 +59,16 @@ template <sdalloc::Pool P>
              << "event " << index << " (" << (event.op == TraceEvent::Op::kAlloc ? "a" : "f") << ","
              << event.id << "," << event.size << "): " << e.what();
     }
+    after_each();
     if (++index % 1024 == 0) pool.check_invariants();
   }
   for (const auto& [id, ptr] : live) pool.free(ptr);
   return ::testing::AssertionSuccess();
+}
+
+template <sdalloc::Pool P>
+::testing::AssertionResult replay(const EventTrace& trace, P& pool) {
+  return replay(trace, pool, [] {});
 }
 
 // Every bundled trace (data/traces/*.csv), sorted: the parameters of the trace suites.

@@ -125,7 +125,7 @@ TEST(StreamOrderedCoreRequests, OversizedRequestIsCountedOutOfMemory) {
     EXPECT_NE(std::string(e.what()).find("TestPool"), std::string::npos) << e.what();
   }
   EXPECT_EQ(pool.ooms().load(), 1u);
-  EXPECT_EQ(pool.shard_stats(false).ooms, 1u);
+  EXPECT_EQ(pool.shard_stats().ooms, 1u);
 }
 
 TEST(StreamOrderedCoreRequests, FitRoundsSizeAndAlignment) {
@@ -179,7 +179,7 @@ TEST(StreamOrderedCoreFree, FreeOnAnIdleOtherStreamRecyclesAtOnce) {
   pool.free_slow(ptr, Stream(2), nullptr);
   EXPECT_EQ(pool.freed_bytes, 1000u);
   EXPECT_EQ(pool.recycled, 1);
-  const PoolStats s = pool.shard_stats(true);
+  const PoolStats s = pool.shard_stats();
   EXPECT_EQ(s.live_allocations, 0u);
   EXPECT_EQ(s.free_bytes, kSegmentSize);
   const auto& all = pool.shards();
@@ -206,7 +206,7 @@ TEST(StreamOrderedCoreFree, FreeOnABusyOtherStreamWaitsForItsEvent) {
     EXPECT_TRUE(owner.pending.empty());
   }
   EXPECT_EQ(events.released, 2);
-  EXPECT_EQ(pool.shard_stats(false).pending_free_bytes, 0u);
+  EXPECT_EQ(pool.shard_stats().pending_free_bytes, 0u);
 }
 
 TEST(StreamOrderedCoreFree, RecordStreamOfForeignPointerNamesTheCall) {

@@ -100,7 +100,7 @@ void CachingPool::Impl::recycle(PoolShard& owner, Block* block,
 // per-stream peaks (capped by the figure above it), an upper bound: tracking the exact
 // peak of a sum would make every thread write one shared cache line on every call.
 PoolStats CachingPool::Impl::stats() const {
-  PoolStats s = shard_stats(/*drain=*/true);
+  PoolStats s = shard_stats();
   s.reserved_bytes = counters.held_bytes.current();
   s.peak_reserved_bytes = counters.held_bytes.peak();
   s.spare_bytes = s.reserved_bytes - std::min(s.reserved_bytes, counters.reserved_bytes.current());

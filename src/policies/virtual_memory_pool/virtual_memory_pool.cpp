@@ -161,7 +161,7 @@ std::size_t VirtualMemoryPool::Impl::spare_bytes() const {
 }
 
 PoolStats VirtualMemoryPool::Impl::stats() const {
-  PoolStats s = shard_stats(/*drain=*/false);
+  PoolStats s = shard_stats();
   s.streams = stream_count();
   s.peak_live_bytes = peak_live();
   s.reserved_bytes = counters.physical.current();
