@@ -65,6 +65,7 @@ def ok_if(condition, detail):
 
 def install_checks(checks):
     import torch  # pylint: disable=import-outside-toplevel
+    import sdalloc  # pylint: disable=import-outside-toplevel
     import sdalloc.torch as st  # pylint: disable=import-outside-toplevel
     st.install(capacity="256MiB")
     cuda = torch.device("cuda")
@@ -88,20 +89,31 @@ def install_checks(checks):
                      f"memory_allocated {allocated}; hooks {st.hooks()['hooks']}")
 
     def record_stream():
+        # The side stream must still run when the block is asked for again, or handing it
+        # out is right: torch.cuda._sleep's cycles are a guess at the clock, so the attempt
+        # is repeated with a longer sleep while the side stream finished too soon.
         side = torch.cuda.Stream()
-        x = torch.empty(8 * MiB, dtype=torch.uint8, device=cuda)
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            torch.cuda._sleep(200_000_000)  # pylint: disable=protected-access
-            x.add_(1)
-        x.record_stream(side)
-        old = x.data_ptr()
-        del x
-        y = torch.empty(8 * MiB, dtype=torch.uint8, device=cuda)
-        reused = y.data_ptr() == old
-        side.synchronize()
-        return ok_if(not reused, "the block was handed out again while the side stream used "
-                                 "it" if reused else "not reused while the side stream ran")
+        for cycles in (200_000_000, 2_000_000_000, 8_000_000_000):
+            x = torch.empty(8 * MiB, dtype=torch.uint8, device=cuda)
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(cycles)  # pylint: disable=protected-access
+                x.add_(1)
+            x.record_stream(side)
+            old = x.data_ptr()
+            del x
+            pending = sdalloc.stats(device=torch.cuda.current_device())["pending_free_bytes"]
+            y = torch.empty(8 * MiB, dtype=torch.uint8, device=cuda)
+            busy = not side.query()  # still running after y was handed out
+            reused = y.data_ptr() == old
+            del y
+            side.synchronize()
+            seen = f" ({pending} bytes pending after the free; _sleep({cycles}))"
+            if busy:
+                return ok_if(not reused, ("the block was handed out again while the side "
+                                          "stream used it" if reused else
+                                          "not reused while the side stream ran") + seen)
+        return "FAILED", "the side stream never stayed busy long enough to tell" + seen
 
     def empty_cache():
         x = torch.empty(96 * MiB, dtype=torch.uint8, device=cuda)

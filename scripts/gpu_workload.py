@@ -47,8 +47,11 @@ trials allocate once there), then >= 20 timed iterations; the time of a shape is
 of its iterations, with torch.cuda.synchronize() around each. Device memory from
 cudaMemGetInfo (torch.cuda.mem_get_info, above what was used before the model) is sampled
 after every iteration beside the allocator's own figure: it counts what a cudaMemPool keeps.
-The output of the first timed iteration of the first shape is fingerprinted, so the table
-can compare every allocator's output with native's.
+The output of the first timed iteration of the first shape is fingerprinted (after its
+step, so that every step allocates alike), so the table can compare every allocator's output
+with native's. Per shape the run also counts the allocator's cudaMalloc + cudaFree calls
+over the timed iterations (memory_stats' num_device_alloc + num_device_free; a steady state
+makes none) and, for sdalloc-planned, which timed steps left their plan.
 """
 
 import argparse
@@ -199,7 +202,21 @@ def run(args):
         from sdalloc import _native  # pylint: disable=import-outside-toplevel
         return int(_native.shim().c.sdalloc_torch_vmm_unmaps(torch.cuda.current_device()))
 
+    def device_calls():
+        """cudaMalloc + cudaFree calls of the allocator so far (torch's num_device_alloc /
+        num_device_free, which the shim answers too): a steady state should make none."""
+        if not cuda:
+            return 0
+        stats = torch.cuda.memory_stats()
+        return int(stats.get("num_device_alloc", 0)) + int(stats.get("num_device_free", 0))
+
+    def divergent_steps():
+        if not spec.get("steps"):
+            return 0
+        return step_shim.step_stats(device=step_device)["divergent_steps"]
+
     per_shape = []
+    divergent_at = []  # (shape index, timed iteration) of each step that left its plan
     with torch.inference_mode():
         for n, shape in enumerate(shapes):
             for _ in range(args.warmup):  # outside any step: plan trials allocate here
@@ -207,21 +224,30 @@ def run(args):
                 del warm
             sync_and_sample()
             unmaps_before = vmm_unmaps()
+            calls_before = device_calls()
             times = []
             for i in range(args.iterations):
+                diverged_before = divergent_steps()
                 start = time.perf_counter()
                 with timed_scope():
                     out = iteration(shape, 3)
                     sync_and_sample()
                     times.append(time.perf_counter() - start)
-                    if n == 0 and i == 0:
-                        result["output_fingerprint"] = fingerprint(out)
-                    del out
+                # Outside the step: the fingerprint allocates, and only in the first step, so
+                # inside it would make the recorded step differ from every later one. `out`
+                # outlives every step alike (a kept slot of the plan).
+                if n == 0 and i == 0:
+                    result["output_fingerprint"] = fingerprint(out)
+                del out
+                if divergent_steps() != diverged_before:
+                    divergent_at.append([n, i])
             per_shape.append({"shape": list(shape), "iterations": len(times),
                               "median_s": statistics.median(times), "min_s": min(times),
                               "max_s": max(times),
                               # each one waits for its stream; steady state should need none
-                              "vmm_unmaps": vmm_unmaps() - unmaps_before})
+                              "vmm_unmaps": vmm_unmaps() - unmaps_before,
+                              "device_calls": device_calls() - calls_before})
+    result["divergent_at"] = divergent_at
     result["per_shape"] = per_shape
     result["time_per_iteration_s"] = max(s["median_s"] for s in per_shape)
 
@@ -229,7 +255,9 @@ def run(args):
         figures = step_shim.step_stats(device=step_device)
         result["step_stats"] = {name: figures[name] for name in STEP_FIGURES}
         if figures["divergent_steps"] != 0:
-            result["problems"].append(f"{figures['divergent_steps']} divergent steps (want 0)")
+            where = ", ".join(f"{shapes[n][-1]}x{shapes[n][-1]} #{i}" for n, i in divergent_at)
+            result["problems"].append(f"{figures['divergent_steps']} divergent steps (want 0; "
+                                      f"at {where})")
         if not args.cpu_smoke and figures["planned_allocations"] == 0:
             result["problems"].append("no planned allocations")
 
@@ -242,8 +270,8 @@ def run(args):
         result["peak_allocated_bytes"] = stats.get("allocated_bytes.all.peak")
     with open(args.out, "w", encoding="utf-8") as out_file:
         json.dump(result, out_file, indent=1)
-    shapes_text = ", ".join(f"{s['shape'][-1]}x{s['shape'][-1]} {s['median_s'] * 1e3:.1f} ms"
-                            for s in per_shape)
+    shapes_text = ", ".join(f"{s['shape'][-1]}x{s['shape'][-1]} {s['median_s'] * 1e3:.1f} ms "
+                            f"({s['device_calls']} device allocs+frees)" for s in per_shape)
     print(f"gpu_workload: {args.config}: {args.iterations} iterations per shape, median "
           f"{shapes_text}", flush=True)
 
