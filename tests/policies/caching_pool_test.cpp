@@ -16,6 +16,7 @@
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
+#include "sdalloc/resources/segments_only_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 
 // Counts heap allocations made by this test binary, to prove the cache-hit path makes none.
@@ -190,21 +191,6 @@ TEST_F(CachingPoolTest, HugeBlockIsReusedOnlyByCloseSizes) {
 // On host memory (page_size() 4 KiB) a huge request's own segment rounds to 1/16 of it, not
 // to the 2 MiB granularity: a 9 MiB request held 10 MiB before. Where the resource does not
 // say its page size (CUDA's driver rounds to 2 MiB whatever is asked), the granularity stays.
-class UnsizedResource final : public MemoryResource {
- public:
-  explicit UnsizedResource(MemoryResource& upstream) : upstream_(upstream) {}
-  std::string name() const override { return "unsized(" + upstream_.name() + ")"; }
-
- private:
-  void* do_allocate(std::size_t bytes, Stream stream) override {
-    return upstream_.allocate(bytes, stream);
-  }
-  void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override {
-    upstream_.deallocate(ptr, bytes, stream);
-  }
-  MemoryResource& upstream_;
-};
-
 TEST_F(CachingPoolTest, HugeSegmentOnHostMemoryRoundsToASixteenthOfTheRequest) {
   CachingPoolOptions options = large_pool_options();
   options.huge_threshold = 8 * MiB;
@@ -223,7 +209,7 @@ TEST_F(CachingPoolTest, HugeSegmentOnHostMemoryRoundsToASixteenthOfTheRequest) {
   pool.free(c);
   pool.check_invariants();
 
-  UnsizedResource unsized(host_);
+  SegmentsOnlyResource unsized(host_);
   CachingPool device_like(unsized, options);
   void* d = device_like.allocate(9 * MiB + 1);
   EXPECT_EQ(device_like.stats().reserved_bytes, 10 * MiB);

@@ -131,6 +131,27 @@ TEST(Cli, PoolConfSetsThePoolsOptionsAndRejectsWhatItDoesNotKnow) {
   }
 }
 
+// --device-like: memory that, as cudaMalloc's, cannot be split, coalesced or grown. On the
+// ResNet trace the pool then releases whole segments (no split ranges) and still
+// consolidates, by a release and a new segment; on host memory it splits.
+TEST(Cli, DeviceLikeMemoryIsNeverSplitOrGrown) {
+  TempDir dir;
+  auto counters = [&](const std::string& flags) {
+    const std::string json = dir.file("counters.json");
+    const CliRun run = run_cli(dir, "replay -q -a pool --passes 2 " + flags + " --json '" + json +
+                                        "' '" + resnet_trace() + "'");
+    EXPECT_EQ(run.status, 0) << run.err;
+    return nlohmann::json::parse(test::read_file(json))["results"][0]["counters"]
+        .get<std::string>();
+  };
+  const std::string host = counters("");
+  const std::string device = counters("--device-like");
+  EXPECT_TRUE(Contains(host, "split")) << host;
+  EXPECT_FALSE(Contains(device, "split")) << device;
+  EXPECT_FALSE(Contains(device, "arena grown")) << device;
+  EXPECT_TRUE(Contains(device, "consolidated")) << device;
+}
+
 // --help lists the keys --pool-conf takes, from the table that parses them.
 TEST(Cli, PoolConfHelpListsEveryKeyItTakes) {
   TempDir dir;

@@ -100,6 +100,9 @@ void ReplayCommand::add_to(CLI::App& app) {
                    "pool: never release cached segments to grow (release only on OOM)");
   replay->add_flag("--pool-no-consolidation", options.replay.target.pool_no_consolidation,
                    "pool: keep a churning stream's segments instead of one arena");
+  replay->add_flag("--device-like", options.replay.target.device_like,
+                   "pool, planned: their memory can be neither coalesced nor grown in place, "
+                   "as cudaMalloc's cannot (the pool as it runs on a GPU)");
   replay->add_flag("--vmm-no-moves", options.replay.target.vmm_no_moves,
                    "vmm: unmap and map each page it moves instead of moving runs of them "
                    "(mremap), as before 2026-12-03");

@@ -12,20 +12,23 @@
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/host_virtual_memory.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
+#include "sdalloc/resources/segments_only_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 
 namespace sdalloc::replay {
 namespace {
 
-// Host memory, capped when settings.capacity is set, counted by a StatsResource: the
+// Host memory, capped when settings.capacity is set, seen as a device's (whole segments
+// only: SegmentsOnlyResource) with settings.device_like, counted by a StatsResource: the
 // memory under every in-process target.
 class MeasuredHostMemory {
  public:
   explicit MeasuredHostMemory(const TargetSettings& settings)
       : host_(HostResourceOptions{.transparent_huge_pages = settings.huge_pages}) {
-    if (settings.capacity != 0) limit_.emplace(host_, settings.capacity);
-    stats_ = std::make_unique<StatsResource>(limit_ ? static_cast<MemoryResource&>(*limit_)
-                                                    : static_cast<MemoryResource&>(host_));
+    MemoryResource* under = &host_;
+    if (settings.capacity != 0) under = &limit_.emplace(host_, settings.capacity);
+    if (settings.device_like) under = &segments_only_.emplace(*under);
+    stats_ = std::make_unique<StatsResource>(*under);
   }
   MemoryResource& resource() { return *stats_; }
   std::uint64_t current() const { return stats_->stats().current_bytes; }
@@ -34,6 +37,7 @@ class MeasuredHostMemory {
  private:
   HostResource host_;
   std::optional<LimitResource> limit_;
+  std::optional<SegmentsOnlyResource> segments_only_;
   std::unique_ptr<StatsResource> stats_;
 };
 
@@ -58,6 +62,7 @@ class PoolTarget final : public ReplayTarget {
     // A split makes one range two, each released on its own (spare pages).
     if (s.segment_splits != 0) text += ", split " + std::to_string(s.segment_splits);
     if (s.arena_growths != 0) text += ", arena grown " + std::to_string(s.arena_growths);
+    if (s.consolidations != 0) text += ", consolidated " + std::to_string(s.consolidations);
     return text;
   }
 

@@ -28,6 +28,8 @@ struct TargetSettings {
   bool pool_no_consolidation = false;  // CachingPool: keep a churning stream's segments
   bool vmm_no_moves = false;           // VirtualMemoryPool: unmap and map the pages it
                                        // moves (HostVirtualMemory without move_mappings)
+  bool device_like = false;            // pool, planned: memory that cannot be coalesced,
+                                       // grown or split, as cudaMalloc's (--device-like)
   CachingPoolOptions pool;             // pool and planned's fallback (--pool-conf); the two
                                        // flags above override its growth settings
 };
