@@ -10,7 +10,6 @@
 #include "core/bits.hpp"
 #include "resources/page_table_move.hpp"
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/resources/host_resource.hpp"
 
 namespace sdalloc::preload {
 
@@ -225,8 +224,8 @@ void RangeResource::do_deallocate(void* ptr, std::size_t bytes, Stream /*stream*
 }
 
 // The ranges move in their order, each to the next page; one that does not fit is cut (its
-// tail protected). A moved range's place is protected again at once (mremap leaves a hole,
-// which another mmap could take) and given back to the range.
+// tail protected). A moved range's place stays mapped (move_pages_keeping_place), is protected
+// again and given back to the range.
 void* RangeResource::do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
                                  Stream stream) {
   const std::size_t returning = pages_of(ranges);
@@ -250,6 +249,26 @@ void* RangeResource::do_coalesce(std::span<const ResourceRange> ranges, std::siz
   return piece;
 }
 
+// Why the place must stay mapped: a plain mremap unmaps the source, and in the instant
+// before protect() mapped it PROT_NONE again another thread's mmap(NULL) could land there - a
+// new thread's stack, in the drop-in's multi-threaded stress test - and protect()'s
+// MAP_FIXED then replaced it (the segfaults of 2026-12-04).
+bool move_pages_keeping_place(std::uintptr_t from, std::uintptr_t to, std::size_t length) {
+  void* const source = reinterpret_cast<void*>(from);
+  void* const target = reinterpret_cast<void*>(to);
+  const int error = detail::move_with_page_tables(source, target, length);
+  if (error == 0) return true;
+  if (error == EFAULT && length > kPage) {
+    const std::size_t half = round_up(length / 2, kPage);
+    const bool first = move_pages_keeping_place(from, to, half);
+    const bool second = move_pages_keeping_place(from + half, to + half, length - half);
+    return first && second;
+  }
+  if (!ReservedRange::commit(target, length)) return false;
+  std::memcpy(target, source, length);
+  return true;
+}
+
 std::size_t RangeResource::move_donors(std::span<const ResourceRange> donors, std::uintptr_t start,
                                        std::size_t length, bool& moved_all) {
   std::size_t offset = 0;
@@ -258,8 +277,9 @@ std::size_t RangeResource::move_donors(std::span<const ResourceRange> donors, st
     const std::size_t size = round_up(range.bytes, kPage);
     const std::size_t take = std::min(size, length - offset);
     if (take != 0) {
-      moved_all =
-          move_host_pages(range.ptr, reinterpret_cast<void*>(start + offset), take) && moved_all;
+      moved_all = move_pages_keeping_place(reinterpret_cast<std::uintptr_t>(range.ptr),
+                                           start + offset, take) &&
+                  moved_all;
     }
     ReservedRange::protect(range.ptr, size);
     range_.uncarve(range.ptr, size);

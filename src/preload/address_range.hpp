@@ -87,10 +87,20 @@ struct FreshPages {
   void note(const void* piece, std::size_t bytes);
 };
 
+// Moves the pages of [from, from + length) to `to` (reserved or committed) and never leaves
+// a hole at `from`: the place stays mapped, without its pages, until the caller protects it
+// (RangeResource gives a donor's place back so). mremap with MREMAP_DONTUNMAP (Linux 5.7)
+// keeps the place; a source spanning several kernel mappings (EFAULT) moves in halves; where
+// the kernel refuses otherwise (no DONTUNMAP), the pages are copied into fresh ones. False
+// when not even fresh pages could be mapped at `to`.
+bool move_pages_keeping_place(std::uintptr_t from, std::uintptr_t to, std::size_t length);
+
 // mode:pool and mode:planned: segments carved from the range, committed on allocation and
 // protected again on deallocation. capacity (0: none) caps the bytes held at once.
 // coalesce (core/resource.hpp) carves the new segment and moves the returned segments'
-// pages into it (move_host_pages), as HostResource does: after the pool's consolidation and
+// pages into it (mremap with MREMAP_DONTUNMAP, so that a returned segment's place is never a
+// hole another thread's mmap could take before it is protected again), as HostResource does
+// (which may leave holes: its memory is the system's): after the pool's consolidation and
 // its release before growth, only what no range covered is faulted in. Only that part is
 // noted as FreshPages: moved pages hold what the program wrote, and calloc must clear them.
 // grow extends a segment in place where the range's next addresses are free (first fit by

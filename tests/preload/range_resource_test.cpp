@@ -2,6 +2,7 @@
 // the range's next addresses are free (arena growth, docs/caching_pool.md), with the donors'
 // pages moved in and the capacity counting the net change.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstring>
@@ -62,6 +63,50 @@ TEST(RangeResourceGrow, TheDonorsPagesMoveInAndTheCapacityCountsTheNetChange) {
   EXPECT_EQ(resource.held(), 9 * kMiB);
   EXPECT_EQ(range.reserved.carved_bytes(), 9 * kMiB) << "the donor's place went back";
   resource.deallocate(a, 9 * kMiB);
+  EXPECT_EQ(resource.held(), 0u);
+}
+
+// A coalesce or a grow moves the donors' pages out of their places, which must stay mapped
+// until they are reserved space again: a moment's hole there is where another thread's
+// mmap(NULL) lands (a new thread's stack, in the drop-in's stress test), and the protect()
+// that follows maps over it (segfaults, 2026-12-04: a plain mremap unmapped the source).
+// msync answers ENOMEM for an address that is not mapped.
+bool mapped(void* p, std::size_t bytes) { return ::msync(p, bytes, MS_ASYNC) == 0; }
+
+TEST(RangeResourceMoves, TheSourceStaysMappedAndThePagesArrive) {
+  void* area =
+      ::mmap(nullptr, 16 * kMiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(area, MAP_FAILED);
+  const auto base = reinterpret_cast<std::uintptr_t>(area);
+  // Two kernel mappings side by side (a source made of two moves in halves: EFAULT).
+  ASSERT_TRUE(ReservedRange::commit(area, 2 * kMiB));
+  ASSERT_TRUE(ReservedRange::commit(bytes_of(area) + 2 * kMiB, 2 * kMiB));
+  ASSERT_EQ(::mprotect(bytes_of(area) + 2 * kMiB, 2 * kMiB, PROT_READ), 0);  // another VMA
+  std::memset(area, 0x51, 2 * kMiB);
+  ASSERT_EQ(::mprotect(bytes_of(area) + 2 * kMiB, 2 * kMiB, PROT_READ | PROT_WRITE), 0);
+  std::memset(bytes_of(area) + 2 * kMiB, 0x52, 2 * kMiB);
+  ASSERT_TRUE(move_pages_keeping_place(base, base + 8 * kMiB, 4 * kMiB));
+  EXPECT_TRUE(mapped(area, 4 * kMiB)) << "the source's place was left a hole";
+  EXPECT_EQ(pages_holding(bytes_of(area) + 8 * kMiB, 2 * kMiB, 0x51), 2 * kMiB / kPage);
+  EXPECT_EQ(pages_holding(bytes_of(area) + 10 * kMiB, 2 * kMiB, 0x52), 2 * kMiB / kPage);
+  ::munmap(area, 16 * kMiB);
+}
+
+TEST(RangeResourceMoves, ACoalescedDonorsPlaceIsReservedSpaceAtOnce) {
+  Range range;
+  RangeResource resource(range.reserved, 0);
+  void* a = resource.allocate(2 * kMiB);
+  void* b = resource.allocate(2 * kMiB);
+  std::memset(a, 0x61, 2 * kMiB);
+  std::memset(b, 0x62, 2 * kMiB);
+  const ResourceRange donors[] = {{a, 2 * kMiB}, {b, 2 * kMiB}};
+  void* joined = resource.coalesce(donors, 6 * kMiB);
+  EXPECT_EQ(pages_holding(joined, 2 * kMiB, 0x61), 2 * kMiB / kPage);
+  EXPECT_EQ(pages_holding(bytes_of(joined) + 2 * kMiB, 2 * kMiB, 0x62), 2 * kMiB / kPage);
+  // The donors' places are back in the range, mapped (PROT_NONE), never unmapped.
+  if (joined != a) EXPECT_TRUE(mapped(a, 2 * kMiB));
+  EXPECT_EQ(resource.held(), 6 * kMiB);
+  resource.deallocate(joined, 6 * kMiB);
   EXPECT_EQ(resource.held(), 0u);
 }
 

@@ -107,9 +107,7 @@ struct PlannedArenaOptions {
   // Also stop the planner's search after this many nodes (0: only the time limit): the same
   // plan on every machine, e.g. for tests and fuzzers (PlannerOptions::max_search_nodes).
   std::uint64_t planner_max_search_nodes = 0;
-  // Options of the fallback pool. release_cached_before_growth is always off there: it
-  // keeps its cache until the arena trims it (see fallback_options in planned_arena.cpp).
-  CachingPoolOptions fallback = {};
+  CachingPoolOptions fallback = {};  // options of the fallback pool
   // Serve the recording step's plan-stream allocations straight from the upstream, so the
   // step being recorded does not hold a pool's cache beside what is live. Off: the
   // fallback pool serves them (faster recording, more memory held while recording).

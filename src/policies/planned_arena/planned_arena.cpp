@@ -64,23 +64,11 @@ void PlannedArenaOptions::validate() const {
   fallback.validate();
 }
 
-namespace {
-// The fallback pool keeps what it cached until the arena takes the step (SharedArena::reserve
-// trims it then). Its consolidation of fragmented segments (CachingPool's release before
-// growth) crashed the drop-in's multi-threaded planned stress test 7 times in 12 (live
-// blocks clobbered) while the arena and the pool shared one RangeResource; the cause is not
-// found yet (closing note of 2026-12-04), so the fallback does not release before growth.
-CachingPoolOptions fallback_options(CachingPoolOptions options) {
-  options.release_cached_before_growth = false;
-  return options;
-}
-}  // namespace
-
 struct PlannedArena::Impl {
   Impl(MemoryResource& up, PlannedArenaOptions opts)
       : upstream(up),
         options(validated(opts)),
-        pool(up, fallback_options(options.fallback)),
+        pool(up, options.fallback),
         events(options.fallback.stream_events != nullptr ? *options.fallback.stream_events
                                                          : HostStreamEvents::instance()),
         plan_stream_handle(options.plan_stream.handle),
