@@ -18,8 +18,9 @@ class Gauge {
  public:
   void add(std::size_t n) {
     const std::size_t now = current_.fetch_add(n, std::memory_order_relaxed) + n;
-    raise(peak_, now);
-    raise(high_, now);
+    // high >= peak always: a value that does not pass the peak cannot pass the high mark,
+    // and one that another thread's raise beat is raised to the high by that thread.
+    if (raise(peak_, now)) raise(high_, now);
   }
   void sub(std::size_t n) { current_.fetch_sub(n, std::memory_order_relaxed); }
   std::size_t current() const { return current_.load(std::memory_order_relaxed); }
@@ -28,10 +29,13 @@ class Gauge {
   void reset_peak() { peak_.store(current(), std::memory_order_relaxed); }
 
  private:
-  static void raise(std::atomic<std::size_t>& mark, std::size_t now) {
+  // Raises `mark` to `now`; false when it was already as high.
+  static bool raise(std::atomic<std::size_t>& mark, std::size_t now) {
     std::size_t seen = mark.load(std::memory_order_relaxed);
-    while (now > seen && !mark.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    while (now > seen) {
+      if (mark.compare_exchange_weak(seen, now, std::memory_order_relaxed)) return true;
     }
+    return false;
   }
 
   std::atomic<std::size_t> current_{0};

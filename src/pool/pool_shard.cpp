@@ -71,8 +71,11 @@ Block* PoolShard::make_live(Block* block, std::size_t requested) {
   f.allocated_bytes += block->size;
   ++f.live_allocations;
   if (f.live_bytes > f.peak_live_bytes) f.peak_live_bytes = f.live_bytes;
-  if (f.allocated_bytes > f.peak_allocated_bytes) f.peak_allocated_bytes = f.allocated_bytes;
-  if (f.allocated_bytes > f.high_allocated_bytes) f.high_allocated_bytes = f.allocated_bytes;
+  if (f.allocated_bytes > f.peak_allocated_bytes) {
+    f.peak_allocated_bytes = f.allocated_bytes;
+    // The high mark is never below the peak: only a new peak can pass it.
+    if (f.allocated_bytes > f.high_allocated_bytes) f.high_allocated_bytes = f.allocated_bytes;
+  }
   if (f.allocated_bytes > f.peak_allocated_since_mark) {
     f.peak_allocated_since_mark = f.allocated_bytes;
   }
@@ -206,9 +209,9 @@ void PoolShard::count_reserved(std::size_t bytes) {
   figures.reserved_bytes += bytes;
   if (figures.reserved_bytes > figures.peak_reserved_bytes) {
     figures.peak_reserved_bytes = figures.reserved_bytes;
-  }
-  if (figures.reserved_bytes > figures.high_reserved_bytes) {
-    figures.high_reserved_bytes = figures.reserved_bytes;
+    if (figures.reserved_bytes > figures.high_reserved_bytes) {  // never below the peak
+      figures.high_reserved_bytes = figures.reserved_bytes;
+    }
   }
 }
 

@@ -31,9 +31,7 @@ void ten_with_five_gaps(VirtualMemoryPool& pool, Holdings& held) {
   test::allocate_then_free_every_other(pool, held, 10, kBlock);
 }
 
-void free_all(VirtualMemoryPool& pool, Holdings& held) {
-  for (const auto& [ptr, entry] : std::map(held.all())) pool.deallocate(ptr, held.remove(ptr));
-}
+void free_all(VirtualMemoryPool& pool, Holdings& held) { test::deallocate_all(pool, held); }
 
 // The same stitching as FragmentedFreePagesAreStitchedUnderANewRequest, on memory that does
 // not move: each page is unmapped where it was and mapped under the request.
@@ -113,7 +111,9 @@ TEST(VirtualMemoryPoolMoves, AFailedMoveLeavesThePoolConsistent) {
     EXPECT_THROW((void)pool.allocate(6 * kMiB), Error) << "move " << k;
     plan.disarm();
     const VirtualMemoryPoolStats after = pool.vm_stats();
-    if (k == 0) EXPECT_EQ(after.mapped_bytes, before.mapped_bytes) << "nothing moved";
+    if (k == 0) {
+      EXPECT_EQ(after.mapped_bytes, before.mapped_bytes) << "nothing moved";
+    }
     EXPECT_EQ(after.mapped_bytes + after.spare_bytes, before.mapped_bytes + before.spare_bytes)
         << "move " << k;
     EXPECT_EQ(after.physical_bytes, before.physical_bytes);

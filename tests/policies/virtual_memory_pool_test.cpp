@@ -133,7 +133,7 @@ TEST(VirtualMemoryPool, FragmentedFreePagesAreStitchedUnderANewRequest) {
   }
   EXPECT_TRUE(held.intact());
   EXPECT_LE(pool.vm_stats().peak_physical_bytes, 16 * kMiB + 6 * kMiB);
-  for (const auto& [ptr, entry] : std::map(held.all())) pool.deallocate(ptr, held.remove(ptr));
+  test::deallocate_all(pool, held);
   EXPECT_NO_THROW(pool.check_invariants());
 }
 
@@ -172,7 +172,7 @@ TEST(VirtualMemoryPool, RemappedPagesNeverAliasLiveAllocations) {
   EXPECT_LE(s.peak_physical_bytes, kCap);
   EXPECT_GT(s.remapped_pages, 0u) << "the cap must have forced pages to move";
   RecordProperty("ooms", std::to_string(ooms));
-  for (const auto& [ptr, entry] : std::map(held.all())) pool.deallocate(ptr, held.remove(ptr));
+  test::deallocate_all(pool, held);
   EXPECT_NO_THROW(pool.check_invariants());
 }
 
@@ -191,7 +191,7 @@ TEST(VirtualMemoryPool, AtTheCapFreePagesAreRemappedBeforeFailing) {
   EXPECT_EQ(pool.stats().ooms, 0u);
   EXPECT_GE(pool.stats().oom_retries, 0u);
   EXPECT_NO_THROW(pool.check_invariants());
-  for (const auto& [ptr, entry] : std::map(held.all())) pool.deallocate(ptr, held.remove(ptr));
+  test::deallocate_all(pool, held);
 }
 
 TEST(VirtualMemoryPool, OutOfMemoryStatesLiveMappedAndFree) {

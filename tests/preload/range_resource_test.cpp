@@ -104,7 +104,9 @@ TEST(RangeResourceMoves, ACoalescedDonorsPlaceIsReservedSpaceAtOnce) {
   EXPECT_EQ(pages_holding(joined, 2 * kMiB, 0x61), 2 * kMiB / kPage);
   EXPECT_EQ(pages_holding(bytes_of(joined) + 2 * kMiB, 2 * kMiB, 0x62), 2 * kMiB / kPage);
   // The donors' places are back in the range, mapped (PROT_NONE), never unmapped.
-  if (joined != a) EXPECT_TRUE(mapped(a, 2 * kMiB));
+  if (joined != a) {
+    EXPECT_TRUE(mapped(a, 2 * kMiB));
+  }
   EXPECT_EQ(resource.held(), 6 * kMiB);
   resource.deallocate(joined, 6 * kMiB);
   EXPECT_EQ(resource.held(), 0u);

@@ -221,7 +221,7 @@ TEST(RangeVirtualMemoryMoves, APoolMovesFreePagesUnderARequest) {
     }
     EXPECT_TRUE(held.intact());
     EXPECT_NO_THROW(pool.check_invariants());
-    for (const auto& [ptr, entry] : std::map(held.all())) pool.deallocate(ptr, held.remove(ptr));
+    test::deallocate_all(pool, held);
   }
 }
 

@@ -11,9 +11,9 @@
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
+#include "sdalloc/resources/segments_only_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 #include "support/mapped_pages.hpp"
-#include "support/plain_resource.hpp"
 
 namespace sdalloc {
 namespace {
@@ -21,7 +21,6 @@ namespace {
 using test::bytes_of;
 using test::is_unmapped;
 using test::pages_holding;
-using test::PlainResource;
 
 constexpr std::size_t kPage = HostResource::kPageSize;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
@@ -78,7 +77,8 @@ TEST(GrowTest, WithoutRoomItRefusesAndNothingChanges) {
   roomless.deallocate(b, 2 * kMiB);
   EXPECT_TRUE(is_unmapped(b, 2 * kMiB));
 
-  PlainResource plain;
+  HostResource plain_host;
+  SegmentsOnlyResource plain(plain_host);  // as a GPU's: no split, grow or coalesce
   EXPECT_FALSE(plain.can_grow());
   void* c = plain.allocate(2 * kMiB);
   EXPECT_FALSE(plain.grow(c, 2 * kMiB, 3 * kMiB, {}));

@@ -10,16 +10,15 @@
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
+#include "sdalloc/resources/segments_only_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 #include "support/mapped_pages.hpp"
-#include "support/plain_resource.hpp"
 
 namespace sdalloc {
 namespace {
 
 using test::bytes_of;
 using test::is_unmapped;
-using test::PlainResource;
 
 constexpr std::size_t kPage = HostResource::kPageSize;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
@@ -72,7 +71,8 @@ TEST(SplitTest, AdaptorsForwardAndKeepTheirBooks) {
 }
 
 TEST(SplitTest, AResourceThatCannotRefusesAndNothingChanges) {
-  PlainResource plain;
+  HostResource plain_host;
+  SegmentsOnlyResource plain(plain_host);  // as a GPU's: no split, grow or coalesce
   StatsResource stats(plain);
   void* a = stats.allocate(2 * kMiB);
   EXPECT_FALSE(stats.split(a, 2 * kMiB, kMiB));
@@ -205,7 +205,8 @@ TEST(SparePagesTest, TurnedOffOrOverAResourceThatCannotMovePagesNoneAreKept) {
   EXPECT_EQ(without.pool.stats().reserved_bytes, 10 * kMiB);
   without.pool.check_invariants();
 
-  PlainResource plain;
+  HostResource plain_host;
+  SegmentsOnlyResource plain(plain_host);  // as a GPU's: no split, grow or coalesce
   ReleasedToGrow over_plain(plain);
   EXPECT_EQ(over_plain.pool.stats().spare_bytes, 0u);
   EXPECT_EQ(over_plain.pool.stats().reserved_bytes, 10 * kMiB);

@@ -64,4 +64,10 @@ std::vector<void*> allocate_then_free_every_other(Pool& pool, Holdings& held, in
   return blocks;
 }
 
+// Frees every allocation `held` still has, in address order, and forgets it.
+template <typename Pool>
+void deallocate_all(Pool& pool, Holdings& held) {
+  for (const auto& [ptr, entry] : std::map(held.all())) pool.deallocate(ptr, held.remove(ptr));
+}
+
 }  // namespace sdalloc::test

@@ -185,6 +185,12 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
     shard.floor_bytes = now;
     f.peak_allocated_since_mark = now;
   }
+  // The shard churned or fragmented: the fewest bytes allocated since (note_low) start
+  // here, or stay lower where they were `kept` from before.
+  static void note_churn_low(PoolShard& shard, bool kept) {
+    const std::size_t allocated = shard.figures.allocated_bytes;
+    shard.churn_low = kept ? std::min(shard.churn_low, allocated) : allocated;
+  }
   static constexpr std::size_t kFloorTolerance = 32;
   void consolidate(PoolShard& shard);
   void reserve_initial();

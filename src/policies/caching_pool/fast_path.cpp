@@ -149,9 +149,7 @@ std::vector<Segment*> CachingPool::Impl::release_to_grow(PoolShard& shard, std::
       release_free_segments(&shard, /*wait=*/false, &released) != 0) {
     std::lock_guard lock(shard.mutex);
     // Memory went back only to be asked for again: see consolidate().
-    const std::size_t allocated = shard.figures.allocated_bytes;
-    const bool low_kept = shard.churned || shard.fragmented;
-    shard.churn_low = low_kept ? std::min(shard.churn_low, allocated) : allocated;
+    note_churn_low(shard, /*kept=*/shard.churned || shard.fragmented);
     shard.churned = true;
     shard.churned_since_floor = true;
   }
@@ -169,8 +167,7 @@ void CachingPool::Impl::note_fragmented_growth(PoolShard& shard, const Fit& fit,
   for (const Segment* s = shard.segments; s != nullptr; s = s->next) {
     if (s->arena) return;  // an arena that overflows is not made again at the same size
   }
-  const std::size_t allocated = shard.figures.allocated_bytes;
-  shard.churn_low = shard.churned ? std::min(shard.churn_low, allocated) : allocated;
+  note_churn_low(shard, /*kept=*/shard.churned);
   shard.fragmented = true;
 }
 
