@@ -111,6 +111,47 @@ TEST(PlannedArenaPipeline, TrimBetweenStepsReturnsTheArenaAndTheNextStepReserves
   arena.free(latents);
 }
 
+// A pipeline that changes shape warms the new one up outside any step (cuDNN's trials), so
+// the fallback pool caches that shape's memory, and then records it: the recording, served
+// by the upstream, must not hold that cache, nor the idle arena of the old shape, beside it.
+TEST(PlannedArenaPipeline, ANewShapeIsRecordedWithoutTheWarmUpsCacheOrTheIdleArena) {
+  constexpr std::size_t kMiB = 1024 * kKiB;
+  HostResource host;
+  StatsResource upstream(host);
+  PlannedArena arena(upstream);
+  auto step = [&](std::size_t bytes) {
+    arena.begin_step();
+    void* a = arena.allocate(bytes);
+    void* b = arena.allocate(bytes);
+    arena.free(a);
+    arena.free(b);
+    arena.end_step();
+  };
+  step(kMiB);
+  step(kMiB);  // planned: the first shape's arena is reserved
+  ASSERT_EQ(arena.counters().planned_allocations, 2u);
+  void* w1 = arena.allocate(8 * kMiB);  // the new shape's warm-up, outside any step
+  void* w2 = arena.allocate(8 * kMiB);
+  arena.free(w1);
+  arena.free(w2);
+  ASSERT_GE(arena.fallback_pool().stats().reserved_bytes, 16 * kMiB);
+
+  arena.begin_step();
+  void* a = arena.allocate(8 * kMiB);  // no plan begins so: recorded
+  EXPECT_EQ(arena.fallback_pool().stats().reserved_bytes, 0u) << "the warm-up's cache stayed";
+  EXPECT_LT(upstream.stats().current_bytes, 9 * kMiB) << "held beside the recording";
+  void* b = arena.allocate(8 * kMiB);
+  arena.free(a);
+  arena.free(b);
+  arena.end_step();
+  EXPECT_EQ(arena.counters().recorded_steps, 2u);
+  step(8 * kMiB);  // the new shape's plan, in an arena reserved again
+  step(kMiB);      // and the old one's still
+  EXPECT_EQ(arena.counters().divergent_steps, 0u);
+  EXPECT_EQ(arena.counters().planned_allocations, 6u);
+  EXPECT_EQ(arena.counters().arena_failures, 0u);
+}
+
 TEST(PlannedArenaPipeline, ArenaRefusedAfterTrimDropsThePlanAndTheStepRecords) {
   HostResource host;
   LimitResource limit(host, 8 * 1024 * kKiB);  // room for the fallback pool's 2 MiB segments

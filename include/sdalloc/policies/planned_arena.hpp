@@ -13,8 +13,10 @@
 //    allocations are blocks of the upstream resource itself; a freed one is cached for a
 //    later request of exactly its size (no new upstream call, no new page faults), and cached
 //    blocks go back to the upstream before it is asked for more than the step has had live at
-//    once. So the recording step never holds more than its own peak of live bytes (page
-//    rounding aside). Otherwise (false) the fallback CachingPool serves the recording.
+//    once; and what the fallback pool caches and an arena with nothing live in it go back
+//    when the recording starts. So the recording step never holds more than its own peak of
+//    live bytes (page rounding aside) beside what is live elsewhere. Otherwise (false) the
+//    fallback CachingPool serves the recording.
 //    end_step() plans the recording, returns what the fallback pool has cached (trim),
 //    reserves ONE arena of the plan's size from the upstream resource (or a larger one in
 //    place of the arena the other plans share, see below), and later steps are served from
