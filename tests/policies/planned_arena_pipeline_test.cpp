@@ -150,6 +150,9 @@ TEST(PlannedArenaPipeline, ANewShapeIsRecordedWithoutTheWarmUpsCacheOrTheIdleAre
   EXPECT_EQ(arena.counters().divergent_steps, 0u);
   EXPECT_EQ(arena.counters().planned_allocations, 6u);
   EXPECT_EQ(arena.counters().arena_failures, 0u);
+  // The reserved peak is what the arena held at once, not its sources' peaks added up (the
+  // old shape's arena, the recording and the new arena never at once).
+  EXPECT_EQ(arena.stats().peak_reserved_bytes, upstream.stats().peak_bytes);
 }
 
 TEST(PlannedArenaPipeline, ArenaRefusedAfterTrimDropsThePlanAndTheStepRecords) {

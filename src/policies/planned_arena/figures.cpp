@@ -7,7 +7,7 @@
 namespace sdalloc::planned_arena_detail {
 
 PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
-                        const ArenaFigures& arenas) {
+                        const ArenaFigures& arenas, std::size_t peak_held_bytes) {
   PoolStats s = pool;
   s.live_bytes += arenas.live_bytes + recording.live_bytes;
   s.peak_live_bytes += recording.peak_live_bytes;
@@ -29,8 +29,8 @@ PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
   s.allocated_bytes += arenas.allocated_bytes;
   s.peak_allocated_bytes += arenas.peak_allocated_bytes;
   s.reserved_bytes += arenas.reserved_bytes;
-  // No arena reserved peak (see the file's opening): what is reserved now stands in for it.
-  s.peak_reserved_bytes = std::max(s.peak_reserved_bytes + arenas.reserved_bytes, s.reserved_bytes);
+  // Measured under all three sources (figures.hpp), never below what is reserved now.
+  s.peak_reserved_bytes = std::max(peak_held_bytes, s.reserved_bytes);
   s.live_allocations += arenas.live_allocations;
   s.peak_live_allocations += arenas.peak_live_allocations;
   s.allocations += arenas.allocations;

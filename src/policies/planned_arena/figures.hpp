@@ -5,10 +5,10 @@
 // from the upstream (RecordingBlocks) and the arenas (SharedArena). Each keeps its own
 // figures in the struct below - current values, peaks, totals - and combine_stats() adds
 // them to the pool's stats. Invariants: a peak is >= its current value from the last
-// reset_peak() on; totals only grow. The peaks of the three sources are summed, so a
-// combined peak is an upper bound (they may not have peaked at once), while current figures
-// are exact. The arenas keep no reserved peak: the combined reserved peak adds the bytes
-// they reserve now to the other sources' peaks.
+// reset_peak() on; totals only grow. Current figures are exact sums. The reserved peak is
+// measured under the three sources (a StatsResource between them and the upstream: what
+// they held at once, spare pages included); the other peaks are summed, so they are upper
+// bounds (the sources may not have peaked at once).
 #pragma once
 
 #include <cstddef>
@@ -66,6 +66,6 @@ struct ArenaFigures {
 
 // The fallback pool's stats with both other sources added.
 PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
-                        const ArenaFigures& arenas);
+                        const ArenaFigures& arenas, std::size_t peak_held_bytes);
 
 }  // namespace sdalloc::planned_arena_detail

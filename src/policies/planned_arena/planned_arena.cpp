@@ -38,6 +38,7 @@
 #include "policies/planned_arena/stream_users.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/core/stream_events.hpp"
+#include "sdalloc/resources/stats_resource.hpp"
 
 namespace sdalloc {
 
@@ -67,14 +68,15 @@ void PlannedArenaOptions::validate() const {
 struct PlannedArena::Impl {
   Impl(MemoryResource& up, PlannedArenaOptions opts)
       : upstream(up),
+        held(up),
         options(validated(opts)),
-        pool(up, options.fallback),
+        pool(held, options.fallback),
         events(options.fallback.stream_events != nullptr ? *options.fallback.stream_events
                                                          : HostStreamEvents::instance()),
         plan_stream_handle(options.plan_stream.handle),
         plans(options.max_plans, options.replan_after_divergent_steps),
-        arenas(up, pool, events, options.prefault_host_arena),
-        recording_blocks(up) {}
+        arenas(held, pool, events, options.prefault_host_arena),
+        recording_blocks(held) {}
 
   static PlannedArenaOptions validated(PlannedArenaOptions opts) {
     opts.validate();
@@ -82,6 +84,11 @@ struct PlannedArena::Impl {
   }
 
   MemoryResource& upstream;
+  // Everything the three sources (the fallback pool, the arenas, the recording's blocks)
+  // hold from the upstream passes through here: its peak is the arena's reserved peak. The
+  // sum of the sources' own peaks is only a bound: on an H200 it said 17.7 GB where the
+  // device had 7.3 GB in use (the 64x64 arena, then the 96x96 one, never both at once).
+  StatsResource held;
   const PlannedArenaOptions options;
   CachingPool pool;
   StreamEvents& events;
@@ -465,11 +472,13 @@ struct PlannedArena::Impl {
   PoolStats stats() const {
     const PoolStats pool_stats = pool.stats();
     std::lock_guard<std::mutex> lock(mutex);
-    return combine_stats(pool_stats, recording_blocks.figures(), arenas.figures());
+    return combine_stats(pool_stats, recording_blocks.figures(), arenas.figures(),
+                         held.stats().peak_bytes);
   }
 
   void reset_peak() {
     pool.reset_peak();
+    held.reset_peak();
     std::lock_guard<std::mutex> lock(mutex);
     arenas.reset_peak();
     recording_blocks.reset_peak();
