@@ -314,7 +314,7 @@ std::size_t PoolShard::largest_free() const {
   // polling stats() would steer the pool.
   for (const Segment* s = segments; s != nullptr; s = s->next) {
     std::size_t run = 0;
-    for (const Block* b = s->first; b != nullptr && b->segment == s; b = b->next) {
+    for (const Block* b = s->first; b != nullptr; b = b->next) {  // next ends at the segment
       run = b->free ? run + b->size : 0;
       largest = std::max(largest, run);
     }
