@@ -254,19 +254,16 @@ void* RangeResource::do_coalesce(std::span<const ResourceRange> ranges, std::siz
 // new thread's stack, in the drop-in's multi-threaded stress test - and protect()'s
 // MAP_FIXED then replaced it (the segfaults of 2026-12-04).
 bool move_pages_keeping_place(std::uintptr_t from, std::uintptr_t to, std::size_t length) {
-  void* const source = reinterpret_cast<void*>(from);
-  void* const target = reinterpret_cast<void*>(to);
-  const int error = detail::move_with_page_tables(source, target, length);
-  if (error == 0) return true;
-  if (error == EFAULT && length > kPage) {
-    const std::size_t half = round_up(length / 2, kPage);
-    const bool first = move_pages_keeping_place(from, to, half);
-    const bool second = move_pages_keeping_place(from + half, to + half, length - half);
-    return first && second;
-  }
-  if (!ReservedRange::commit(target, length)) return false;
-  std::memcpy(target, source, length);
-  return true;
+  const auto move = [](std::uintptr_t source, std::uintptr_t target, std::size_t bytes) {
+    return detail::move_with_page_tables(reinterpret_cast<void*>(source),
+                                         reinterpret_cast<void*>(target), bytes);
+  };
+  const auto copy = [](std::uintptr_t source, std::uintptr_t target, std::size_t bytes) {
+    if (!ReservedRange::commit(reinterpret_cast<void*>(target), bytes)) return false;
+    std::memcpy(reinterpret_cast<void*>(target), reinterpret_cast<const void*>(source), bytes);
+    return true;
+  };
+  return detail::move_by_mapping(from, to, length, kPage, move, copy);
 }
 
 std::size_t RangeResource::move_donors(std::span<const ResourceRange> donors, std::uintptr_t start,

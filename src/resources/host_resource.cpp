@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/bits.hpp"
+#include "resources/page_table_move.hpp"
 #include "sdalloc/core/errors.hpp"
 
 namespace sdalloc {
@@ -31,26 +32,22 @@ namespace {
 }
 
 // Moves the pages of [from, from + length) to [to, to + length), replacing the fresh pages
-// mapped there. mremap moves within one kernel mapping (VMA) only (kernels before 6.17): a
-// range made of several - an arena that was itself coalesced - answers EFAULT and is moved
-// in halves until each piece lies in one. A piece that cannot move is unmapped and `to`
-// gets fresh pages again (mremap may have unmapped the target before it failed); false
-// only when even that fails.
+// mapped there, piece by kernel mapping (move_by_mapping). A piece that cannot move is
+// unmapped and `to` gets fresh pages again (mremap may have unmapped the target before it
+// failed); false only when even that fails.
 bool move_pages(std::uintptr_t from, std::uintptr_t to, std::size_t length) {
-  void* const source = reinterpret_cast<void*>(from);
-  void* const target = reinterpret_cast<void*>(to);
-  if (::mremap(source, length, length, MREMAP_MAYMOVE | MREMAP_FIXED, target) != MAP_FAILED) {
-    return true;
-  }
-  if (errno == EFAULT && length > HostResource::kPageSize) {
-    const std::size_t half = round_up(length / 2, HostResource::kPageSize);
-    const bool first = move_pages(from, to, half);
-    const bool second = move_pages(from + half, to + half, length - half);
-    return first && second;
-  }
-  ::munmap(source, length);
-  return ::mmap(target, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-                0) != MAP_FAILED;
+  const auto move = [](std::uintptr_t source, std::uintptr_t target, std::size_t bytes) {
+    return ::mremap(reinterpret_cast<void*>(source), bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED,
+                    reinterpret_cast<void*>(target)) == MAP_FAILED
+               ? errno
+               : 0;
+  };
+  const auto refused = [](std::uintptr_t source, std::uintptr_t target, std::size_t bytes) {
+    ::munmap(reinterpret_cast<void*>(source), bytes);
+    return ::mmap(reinterpret_cast<void*>(target), bytes, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED;
+  };
+  return detail::move_by_mapping(from, to, length, HostResource::kPageSize, move, refused);
 }
 
 }  // namespace
