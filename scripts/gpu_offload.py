@@ -42,18 +42,9 @@ def offload(args):
         device, dtype, latent, cfg = "cuda", torch.float16, GPU_LATENTS[0], sd_unet.FULL
         torch.cuda.init()
     cuda = device == "cuda"
-    torch.manual_seed(0)
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        model = sd_unet.UNet(cfg, device=device).eval()  # the run's weights, made in place
-    finally:
-        torch.set_default_dtype(default_dtype)
+    model = sd_unet.make_unet(cfg, device, dtype)  # the run's weights, made in place
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    generator = torch.Generator(device=device).manual_seed(1)
-    context = torch.randn(BATCH, cfg.context_tokens, cfg.context_dim, device=device,
-                          dtype=dtype, generator=generator)
-    timesteps = torch.full((BATCH,), 500, dtype=torch.long, device=device)
+    context, timesteps = sd_unet.conditioning(cfg, BATCH, device, dtype)
     shape = (BATCH, cfg.latent_channels, latent, latent)
     x = torch.randn(shape, device=device, dtype=dtype,
                     generator=torch.Generator(device=device).manual_seed(3))

@@ -32,17 +32,8 @@ def record(args):
     if not torch.cuda.is_available():
         raise SystemExit("gpu_trace: torch.cuda.is_available() is False")
     cfg = sd_unet.FULL
-    torch.manual_seed(0)
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float16)
-    try:
-        model = sd_unet.UNet(cfg, device="cuda").eval()
-    finally:
-        torch.set_default_dtype(default_dtype)
-    generator = torch.Generator(device="cuda").manual_seed(1)
-    context = torch.randn(BATCH, cfg.context_tokens, cfg.context_dim, device="cuda",
-                          dtype=torch.float16, generator=generator)
-    timesteps = torch.full((BATCH,), 500, dtype=torch.long, device="cuda")
+    model = sd_unet.make_unet(cfg, "cuda", torch.float16)
+    context, timesteps = sd_unet.conditioning(cfg, BATCH, "cuda", torch.float16)
     torch.cuda.synchronize()
 
     history = torch.cuda.memory._record_memory_history  # pylint: disable=protected-access

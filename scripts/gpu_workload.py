@@ -160,13 +160,7 @@ def run(args):
     if cuda:
         free, total = torch.cuda.mem_get_info()
         used_before = total - free
-    torch.manual_seed(0)
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)  # weights made in fp16 directly: no fp32 copy to cache
-    try:
-        model = sd_unet.UNet(cfg, device=device).eval()
-    finally:
-        torch.set_default_dtype(default_dtype)
+    model = sd_unet.make_unet(cfg, device, dtype)  # fp16 directly: no fp32 copy to cache
     result["parameters"] = sum(p.numel() for p in model.parameters())
     if cuda:
         found, problems = allocator_in_effect(torch, spec)
@@ -176,10 +170,7 @@ def run(args):
             result["problems"].append("sdalloc installed, but torch reports the native "
                                       "allocator")
         torch.cuda.reset_peak_memory_stats()  # the peaks of inference, weights included
-    generator = torch.Generator(device=device).manual_seed(1)
-    context = torch.randn(BATCH, cfg.context_tokens, cfg.context_dim, device=device,
-                          dtype=dtype, generator=generator)
-    timesteps = torch.full((BATCH,), 500, dtype=torch.long, device=device)
+    context, timesteps = sd_unet.conditioning(cfg, BATCH, device, dtype)
     shapes = [(BATCH, cfg.latent_channels, lat, lat) for lat in latents]
     result["shapes"] = [list(s) for s in shapes]
     device_peak = [0]

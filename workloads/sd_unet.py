@@ -242,6 +242,27 @@ class UNet(nn.Module):
         return self.conv_out(F.silu(self.norm_out(x)))
 
 
+def make_unet(cfg, device, dtype, seed=0):
+    """The UNet in eval mode, random weights from `seed`, made directly in `dtype` on
+    `device` (no float32 copy to convert or to cache): what the GPU scripts run."""
+    torch.manual_seed(seed)
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        return UNet(cfg, device=device).eval()
+    finally:
+        torch.set_default_dtype(default_dtype)
+
+
+def conditioning(cfg, batch, device, dtype, seed=1):
+    """Random text embeddings for `batch` (from `seed`) and timestep 500 for each: the GPU
+    scripts' inputs beside the latents."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    context = torch.randn(batch, cfg.context_tokens, cfg.context_dim, device=device,
+                          dtype=dtype, generator=generator)
+    return context, torch.full((batch,), 500, dtype=torch.long, device=device)
+
+
 def parameter_count(cfg):
     """Parameters of the UNet, counted on the meta device: no weights are allocated."""
     return sum(p.numel() for p in UNet(cfg, device="meta").parameters())
