@@ -148,8 +148,11 @@ std::vector<Segment*> CachingPool::Impl::release_to_grow(PoolShard& shard, std::
       counters.reserved_bytes.current() + growth > counters.reserved_bytes.high() &&
       release_free_segments(&shard, /*wait=*/false, &released) != 0) {
     std::lock_guard lock(shard.mutex);
-    // Memory went back only to be asked for again: see consolidate().
-    note_churn_low(shard, /*kept=*/shard.churned || shard.fragmented);
+    // Memory went back only to be asked for again: see consolidate(). The lows are
+    // counted from the first churn: a mark of fragmentation before it may have come at the
+    // first allocation (the slack of a segment for a 1 KiB bias is "fragmented"), and a low
+    // counted from there is one no floor of weights ever reaches again.
+    note_churn_low(shard, /*kept=*/shard.churned);
     shard.churned = true;
     shard.churned_since_floor = true;
   }
