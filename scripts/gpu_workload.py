@@ -34,7 +34,8 @@ process cannot change its CUDA allocator after the first allocation.
   gpu_workload.py row FILE.json          one table row, printed as a run finishes
   gpu_workload.py table FILE.json... [--json OUT] [--stages TSV] [--offload FILE] [--strict]
       The table, the verdict lines of the bars (sdalloc's peak reserved below native's, no
-      higher than expandable's, at <= 1.05 x expandable's time per shape), the outputs
+      higher than expandable's, at <= 1.05 x expandable's time per shape, and no cudaMalloc
+      or cudaFree in the second half of each shape's timed iterations), the outputs
       compared with native's, and the gpu-check stages (TSV lines: name, status, seconds,
       detail), and the offload table and its bar (--offload: `offload`'s JSON). --json
       writes everything to OUT. Exit 1 when a stage or run failed or a run (or offload
@@ -216,6 +217,7 @@ def run(args):
             sync_and_sample()
             unmaps_before = vmm_unmaps()
             calls_before = device_calls()
+            calls_at = []  # device calls so far, after each timed iteration
             times = []
             for i in range(args.iterations):
                 diverged_before = divergent_steps()
@@ -232,12 +234,19 @@ def run(args):
                 del out
                 if divergent_steps() != diverged_before:
                     divergent_at.append([n, i])
+                calls_at.append(device_calls())
             per_shape.append({"shape": list(shape), "iterations": len(times),
                               "median_s": statistics.median(times), "min_s": min(times),
                               "max_s": max(times),
                               # each one waits for its stream; steady state should need none
                               "vmm_unmaps": vmm_unmaps() - unmaps_before,
-                              "device_calls": device_calls() - calls_before})
+                              "device_calls": device_calls() - calls_before,
+                              # the second half of the timed iterations: a consolidation
+                              # in the first ones is the policy at work, any call here
+                              # is a pool that has not settled
+                              "steady_iterations": len(times) // 2,
+                              "steady_device_calls":
+                                  calls_at[-1] - calls_at[len(times) - 1 - len(times) // 2]})
     result["divergent_at"] = divergent_at
     result["per_shape"] = per_shape
     result["time_per_iteration_s"] = max(s["median_s"] for s in per_shape)
@@ -364,6 +373,15 @@ def verdicts(results):
             lines.append((mine <= expandable["peak_reserved_bytes"],
                           f"{name}: peak reserved {mib(mine)} MiB <= expandable "
                           f"{mib(expandable['peak_reserved_bytes'])} MiB"))
+        for shape in r.get("per_shape", []):
+            if shape.get("steady_iterations"):
+                size = shape["shape"][-1]
+                calls = shape["steady_device_calls"]
+                lines.append((calls == 0, f"{name}: {calls} cudaMalloc+cudaFree in the last "
+                                          f"{shape['steady_iterations']} of "
+                                          f"{shape['iterations']} steps at {size}x{size} "
+                                          "(bar: 0, a settled pool)"))
+        if expandable and expandable.get("peak_reserved_bytes") is not None:
             for mine_shape, theirs in zip(r.get("per_shape", []),
                                           expandable.get("per_shape", [])):
                 ratio = mine_shape["median_s"] / theirs["median_s"]

@@ -29,15 +29,18 @@ def write_result(directory, config, reserved_mib, allocated_mib, ms):
     return str(path)
 
 
-def write_result(directory, config, reserved_mib, allocated_mib, ms, fingerprint=None):
+def write_result(directory, config, reserved_mib, allocated_mib, ms, fingerprint=None,
+                 steady_calls=(0, 0)):
     path = directory / f"{config}.json"
     path.write_text(json.dumps({
         "config": config, "peak_reserved_bytes": reserved_mib * MiB,
         "peak_allocated_bytes": allocated_mib * MiB, "device_peak_bytes": reserved_mib * MiB,
         "time_per_iteration_s": ms / 1000, "problems": [],
         "output_fingerprint": fingerprint or {"sum": 1.0, "abs_sum": 10.0, "first": []},
-        "per_shape": [{"shape": [2, 4, 64, 64], "median_s": ms / 1000},
-                      {"shape": [2, 4, 96, 96], "median_s": 2 * ms / 1000}]}))
+        "per_shape": [{"shape": [2, 4, 64, 64], "median_s": ms / 1000, "iterations": 20,
+                       "steady_iterations": 10, "steady_device_calls": steady_calls[0]},
+                      {"shape": [2, 4, 96, 96], "median_s": 2 * ms / 1000, "iterations": 20,
+                       "steady_iterations": 10, "steady_device_calls": steady_calls[1]}]}))
     return str(path)
 
 
@@ -87,7 +90,7 @@ def test_table_is_aligned_and_judges_the_bars_per_shape(tmp_path):
              write_result(tmp_path, "expandable", 2500, 2000, 50.0),
              write_result(tmp_path, "sdalloc-pool", 2400, 2000, 51.0),
              write_result(tmp_path, "sdalloc-async", 2600, 2000, 60.0,
-                          {"sum": 1.5, "abs_sum": 10.0, "first": []})]
+                          {"sum": 1.5, "abs_sum": 10.0, "first": []}, steady_calls=(0, 6))]
     json_path = tmp_path / "table.json"
     result = run([sys.executable, str(WORKLOAD), "table"] + files + ["--json", str(json_path)])
     lines = result.stdout.splitlines()
@@ -101,6 +104,13 @@ def test_table_is_aligned_and_judges_the_bars_per_shape(tmp_path):
     assert "MISS  sdalloc-async: time at 96x96 1.200 x" in result.stdout
     assert "PASS  sdalloc-pool: output equals native's" in result.stdout
     assert "MISS  sdalloc-async: output equals native's" in result.stdout
+    # A settled pool makes no device call in the second half of a shape's timed steps.
+    assert ("PASS  sdalloc-pool: 0 cudaMalloc+cudaFree in the last 10 of 20 steps at 96x96"
+            in result.stdout)
+    assert ("MISS  sdalloc-async: 6 cudaMalloc+cudaFree in the last 10 of 20 steps at 96x96"
+            in result.stdout)
+    assert "PASS  sdalloc-async: 0 cudaMalloc+cudaFree in the last 10 of 20 steps at 64x64" \
+        in result.stdout
     # A different output fails the verdict even without --strict; the bars alone do not.
     assert result.returncode == 1 and "gpu-check: VERDICT: FAIL" in result.stdout
     written = json.loads(json_path.read_text())
