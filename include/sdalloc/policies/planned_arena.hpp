@@ -172,8 +172,10 @@ class PlannedArena final : public MemoryResource, public PoolLimits {
   // Events (allocations and frees) in the most recently followed plan's recording.
   std::size_t planned_events() const;
 
-  // Arena and fallback pool together: reserved includes the arena(s); current figures are
-  // exact; peaks are the sum of the arena's and the pool's peaks (an upper bound).
+  // Arena, fallback pool and a recording's blocks together: reserved includes the
+  // arena(s); current figures are exact, and so are the byte and allocation peaks (what was
+  // reserved, live or allocated at once: allocated counts requests rounded to 512 bytes, or
+  // the current figure when that is more); peak_segments is the sum of the sources' peaks.
   PoolStats stats() const;
   void reset_peak();
   // Bytes given back to the upstream (see "Memory the caller gives back" above).

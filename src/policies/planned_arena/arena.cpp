@@ -206,7 +206,6 @@ void* SharedArena::place(std::size_t k, std::size_t bytes) {
   void* p = current_->place(k, bytes);
   if (p == nullptr) return nullptr;
   ++figures_.allocations;
-  note_peaks();
   return p;
 }
 
@@ -245,16 +244,6 @@ std::size_t SharedArena::sum(F figure) const {
   return total;
 }
 
-void SharedArena::note_peaks() {
-  ArenaFigures& f = figures_;
-  f.peak_live_bytes =
-      std::max(f.peak_live_bytes, sum([](const Arena& a) { return a.live_bytes(); }));
-  f.peak_allocated_bytes =
-      std::max(f.peak_allocated_bytes, sum([](const Arena& a) { return a.allocated_bytes(); }));
-  f.peak_live_allocations =
-      std::max(f.peak_live_allocations, sum([](const Arena& a) { return a.live_count(); }));
-}
-
 ArenaFigures SharedArena::figures() const {
   ArenaFigures f = figures_;
   f.live_bytes = sum([](const Arena& a) { return a.live_bytes(); });
@@ -265,13 +254,7 @@ ArenaFigures SharedArena::figures() const {
   return f;
 }
 
-void SharedArena::reset_peak() {
-  ArenaFigures& f = figures_;
-  f.peak_live_bytes = sum([](const Arena& a) { return a.live_bytes(); });
-  f.peak_allocated_bytes = sum([](const Arena& a) { return a.allocated_bytes(); });
-  f.peak_live_allocations = sum([](const Arena& a) { return a.live_count(); });
-  f.peak_arenas = reserved_count();
-}
+void SharedArena::reset_peak() { figures_.peak_arenas = reserved_count(); }
 
 void SharedArena::add_layout(PoolLayout& layout) const {
   if (current_) current_->add_layout(layout);

@@ -138,7 +138,6 @@ class SharedArena {
   std::size_t reserved_count() const;
   template <typename F>
   std::size_t sum(F figure) const;
-  void note_peaks();
 
   MemoryResource& upstream_;
   CachingPool& pool_;

@@ -113,6 +113,7 @@ struct PlannedArena::Impl {
   std::size_t cursor = 0;            // next event of the plan the step must match
 
   PlannedArenaCounters counters;
+  planned_arena_detail::LiveGauge live;  // what the three sources have live at once
   // Events of the shortest recording the planner ran out of time on (0: none yet). A later
   // recording that grows as long is given up there, so end_step() is not kept waiting
   // for a plan it will not get, step after step.
@@ -149,6 +150,12 @@ struct PlannedArena::Impl {
   // ---- allocation routing ---------------------------------------------------------------
 
   void* allocate(std::size_t bytes, std::size_t alignment, Stream stream) {
+    void* p = route_allocation(bytes, alignment, stream);
+    if (p != nullptr) live.add(bytes, round_up(bytes, kRounding));
+    return p;
+  }
+
+  void* route_allocation(std::size_t bytes, std::size_t alignment, Stream stream) {
     if (!(stream == plan_stream())) return allocate_elsewhere(bytes, alignment, stream);
     const bool valid = is_power_of_two(alignment) && alignment <= CachingPool::kMaxAlignment &&
                        bytes <= CachingPool::kMaxAllocation;
@@ -256,33 +263,46 @@ struct PlannedArena::Impl {
   // (the size-less free of the C API and PyTorch's shim).
   void deallocate(void* ptr, std::optional<std::size_t> bytes, Stream stream) {
     if (ptr == nullptr) return;
+    const std::size_t freed = route_free(ptr, bytes, stream);
+    live.sub(freed, round_up(freed, kRounding));
+  }
+
+  // Frees ptr where it lives; answers the bytes it was asked for.
+  std::size_t route_free(void* ptr, std::optional<std::size_t> bytes, Stream stream) {
     std::unique_lock<std::mutex> lock(mutex);
     const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
     bool is_current = false;
     if (Arena* arena = arenas.find(addr, &is_current)) {
-      free_in_arena(*arena, is_current, addr, bytes, stream);
-      return;
+      return free_in_arena(*arena, is_current, addr, bytes, stream);
     }
-    const bool direct = free_recording_block(ptr, bytes);
+    const std::optional<std::size_t> direct = free_recording_block(ptr, bytes);
     if (!direct && !recording_step()) {
       lock.unlock();
-      pool_free(ptr, bytes, stream);  // checks the pointer and the size
-      return;
+      return pool_free(ptr, bytes, stream);  // checks the pointer and the size
     }
-    if (!direct) pool_free(ptr, bytes, stream);
+    const std::size_t freed = direct ? *direct : pool_free(ptr, bytes, stream);
     if (recording_step()) recorder.record_free(ptr);
+    return freed;
   }
 
-  void pool_free(void* ptr, std::optional<std::size_t> bytes, Stream stream) {
+  std::size_t pool_free(void* ptr, std::optional<std::size_t> bytes, Stream stream) {
     if (bytes) {
       pool.deallocate(ptr, *bytes, stream);
-    } else {
-      pool.free(ptr, stream);
+      return *bytes;
     }
+    std::size_t size = 0;
+    try {
+      size = pool.allocation_size(ptr);
+    } catch (const InvalidPointer&) {
+      pool.free(ptr, stream);  // throws the pool's own words for a bad free
+      throw;
+    }
+    pool.free(ptr, stream);
+    return size;
   }
 
-  void free_in_arena(Arena& arena, bool is_current, std::uintptr_t addr,
-                     std::optional<std::size_t> bytes, Stream stream) {
+  std::size_t free_in_arena(Arena& arena, bool is_current, std::uintptr_t addr,
+                            std::optional<std::size_t> bytes, Stream stream) {
     std::size_t index = 0;
     const std::int64_t slot = arena.live_slot_at(addr, &index);
     if (slot < 0) {
@@ -315,13 +335,15 @@ struct PlannedArena::Impl {
         diverge();
       }
     }
+    const std::size_t requested = arena.requested(k);
     arenas.vacate(arena, index, k);
+    return requested;
   }
 
-  // False when ptr is not a live recording block.
-  bool free_recording_block(void* ptr, std::optional<std::size_t> bytes) {
+  // The bytes it was asked for; nullopt when ptr is not a live recording block.
+  std::optional<std::size_t> free_recording_block(void* ptr, std::optional<std::size_t> bytes) {
     const std::optional<std::size_t> requested = recording_blocks.requested_size(ptr);
-    if (!requested) return false;
+    if (!requested) return std::nullopt;
     check_size(bytes, *requested);
     // Another stream may still use it: its block is neither cached nor released before that
     // work is done. Rare (record_stream during a recorded step), so the free simply waits.
@@ -332,7 +354,7 @@ struct PlannedArena::Impl {
       events.release(e);
     }
     recording_blocks.free(ptr, /*cache=*/recording_step());
-    return true;
+    return requested;
   }
 
   // ---- other streams and sizes ----------------------------------------------------------
@@ -473,12 +495,13 @@ struct PlannedArena::Impl {
     const PoolStats pool_stats = pool.stats();
     std::lock_guard<std::mutex> lock(mutex);
     return combine_stats(pool_stats, recording_blocks.figures(), arenas.figures(),
-                         held.stats().peak_bytes);
+                         held.stats().peak_bytes, live);
   }
 
   void reset_peak() {
     pool.reset_peak();
     held.reset_peak();
+    live.reset_peak();
     std::lock_guard<std::mutex> lock(mutex);
     arenas.reset_peak();
     recording_blocks.reset_peak();

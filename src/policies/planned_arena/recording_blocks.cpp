@@ -116,11 +116,7 @@ void RecordingBlocks::release_raw(void* raw, std::size_t raw_bytes, Stream strea
 
 void RecordingBlocks::note_peaks() {
   RecordingBlockFigures& f = figures_;
-  f.peak_held_bytes = std::max(f.peak_held_bytes, f.held_bytes);
   f.peak_live_raw_bytes = std::max(f.peak_live_raw_bytes, f.live_raw_bytes);
-  f.peak_live_rounded_bytes = std::max(f.peak_live_rounded_bytes, f.live_rounded_bytes);
-  f.peak_live_bytes = std::max(f.peak_live_bytes, f.live_bytes);
-  f.peak_live_blocks = std::max(f.peak_live_blocks, live_.size());
   f.peak_blocks = std::max(f.peak_blocks, live_.size() + cache_.size());
 }
 
@@ -133,10 +129,6 @@ RecordingBlockFigures RecordingBlocks::figures() const {
 
 void RecordingBlocks::reset_peak() {
   RecordingBlockFigures& f = figures_;
-  f.peak_held_bytes = f.held_bytes;
-  f.peak_live_rounded_bytes = f.live_rounded_bytes;
-  f.peak_live_bytes = f.live_bytes;
-  f.peak_live_blocks = live_.size();
   f.peak_blocks = live_.size() + cache_.size();
 }
 
