@@ -1,0 +1,48 @@
+/* c_check.c - the C API test's checks and shared helpers (c_check.h). */
+#include "c_check.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int g_passed = 0;
+int g_failed = 0;
+const char* g_test = "";
+
+void check_at(int ok, const char* expression, const char* file, int line) {
+  if (ok) {
+    ++g_passed;
+    return;
+  }
+  ++g_failed;
+  fprintf(stderr, "%s:%d: %s: CHECK failed: %s\n  last error: \"%s\"\n", file, line, g_test,
+          expression, sdalloc_last_error());
+}
+
+void check_status_at(sdalloc_status_t got, sdalloc_status_t want, const char* call,
+                     const char* file, int line) {
+  if (got == want) {
+    ++g_passed;
+    return;
+  }
+  ++g_failed;
+  fprintf(stderr, "%s:%d: %s: %s returned %s, expected %s\n  last error: \"%s\"\n", file, line,
+          g_test, call, sdalloc_status_string(got), sdalloc_status_string(want),
+          sdalloc_last_error());
+}
+
+sdalloc_pool_t* new_pool(size_t capacity) {
+  sdalloc_pool_config_t config;
+  sdalloc_pool_config_init(&config);
+  config.capacity = capacity;
+  sdalloc_pool_t* pool = NULL;
+  CHECK_OK(sdalloc_pool_create(&config, &pool));
+  CHECK(pool != NULL);
+  if (pool == NULL) {
+    fprintf(stderr, "cannot continue without a pool\n");
+    exit(1);
+  }
+  return pool;
+}
+
+int is_aligned(const void* ptr, size_t alignment) { return (uintptr_t)ptr % alignment == 0; }
