@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -230,6 +231,44 @@ TEST(TraceReplay, WeightsOnMemoryAsAGpusConsolidateAtTheirFloor) {
             1.15);
   for (void* w : weights) pool.free(w);
   EXPECT_NO_THROW(pool.check_invariants());
+}
+
+// Small work under weights: ResNet-18 (10 MiB live) under 0.5 GB of tensors of SD 1.5's
+// UNet parameter sizes (scripts/trace_tools.py weights). The work lives mostly in the free
+// tails of the weights' segments and churns between segments of its own, only one of them
+// free at its floor: consolidation needed two, and every step took and released segments
+// (as on a GPU, 679 taken and 639 released in four steps). Now the one range becomes an
+// arena, on host memory and as on a GPU, and later steps take no segment.
+TEST(TraceReplay, SmallWorkUnderWeightsConsolidatesAroundOneFreeSegment) {
+  const EventTrace trace = read_event_trace(SDALLOC_DATA_DIR "/traces/rec_tv_resnet18_b1_224.csv");
+  constexpr std::size_t kUnetParameterSizes[] = {
+      320 * 4,           320 * 320 * 9 * 4, 640 * 4,        640 * 640 * 4,     1280 * 1280 * 9 * 4,
+      320 * 768 * 4,     1280 * 4,          1280 * 768 * 4, 640 * 320 * 9 * 4, 2560 * 4,
+      640 * 640 * 9 * 4, 1280 * 1280 * 4,   640 * 768 * 4,  320 * 320 * 4};
+  for (const bool device_like : {false, true}) {
+    SCOPED_TRACE(device_like ? "as on a GPU" : "host memory");
+    HostResource host;
+    SegmentsOnlyResource segments_only(host);
+    CachingPool pool(device_like ? static_cast<MemoryResource&>(segments_only)
+                                 : static_cast<MemoryResource&>(host));
+    std::vector<void*> weights;
+    for (std::size_t i = 0, bytes = 0; bytes < 500'000'000; ++i) {
+      const std::size_t size = kUnetParameterSizes[i % std::size(kUnetParameterSizes)];
+      weights.push_back(pool.allocate(size));
+      bytes += size;
+    }
+    ASSERT_TRUE(replay(trace, pool));
+    ASSERT_TRUE(replay(trace, pool));
+    const PoolStats before = pool.stats();
+    ASSERT_TRUE(replay(trace, pool));
+    ASSERT_TRUE(replay(trace, pool));
+    const PoolStats s = pool.stats();
+    EXPECT_GE(s.consolidations, 1u);
+    EXPECT_EQ(s.segment_allocations, before.segment_allocations);
+    EXPECT_EQ(s.segment_releases, before.segment_releases);
+    for (void* w : weights) pool.free(w);
+    EXPECT_NO_THROW(pool.check_invariants());
+  }
 }
 
 // A floor reached twice inside one forward pass is not the end of a step: on

@@ -341,13 +341,44 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
     shard.consolidation_due = false;
     if (!may_consolidate(shard)) return;  // another thread got there first, or in use
     segments = shard.releasable_segments();
-    if (segments.size() + shard.spare.size() < 2) return;
+    if (segments.empty() && shard.spare.empty()) return;
+    const bool churned = shard.churned;
+    // What the shard held at its peak is what the work needed in segments; one arena
+    // packs better, but best fit still needs a little room beyond the live peak. The
+    // segments that stay (those still holding blocks) count towards it.
+    const detail::ShardFigures& f = shard.figures;
+    std::size_t staying = f.reserved_bytes;
+    for (const Segment* s : segments) staying -= s->size;
+    // A shard that only fragmented held more than its work needed at its peak: its arena
+    // is sized on allocated bytes alone, with the headroom even where it could grow (best
+    // fit in an arena grown at its tail by what it lacked held 1.385 x live on an ONNX
+    // Runtime session's ResNet-50 run, 1.080 x with the headroom).
+    const std::size_t headroom =
+        grows_arena() && churned ? 0
+                                 : (f.high_allocated_bytes - f.allocated_bytes) / kArenaHeadroom;
+    const std::size_t needed =
+        std::max(churned ? f.high_reserved_bytes : 0, f.high_allocated_bytes + headroom);
+    target = needed > staying ? needed - staying : 0;  // pinned may do
+    grain = segment_grain(needed);
+    // One free range is worth swapping only for a larger one. Small work under weights
+    // (ResNet-18's 10 MiB under 0.5-3.4 GB) lives mostly in the free tails of the weights'
+    // segments and churns between segments of its own, only one of them free at its floor:
+    // consolidation used to need two, and the work released and took segments in every
+    // step. Where that one range already has the size the work needed in segments and the
+    // work still churned around it (memory as a GPU's: nothing grows), the room it lacked
+    // was best fit's waste in one piece: the arena gets the headroom.
+    if (segments.size() + shard.spare.size() == 1) {
+      const std::size_t size = segments.empty() ? shard.spare.front()->size : segments[0]->size;
+      if (churned && round_up(target, grain) <= size) {
+        target = size + (f.high_allocated_bytes - f.allocated_bytes) / kArenaHeadroom;
+      }
+      if (round_up(target, grain) <= size) return;
+    }
     try {
       segments.reserve(segments.size() + shard.spare.size());
     } catch (const std::bad_alloc&) {
       return;  // an optimisation only
     }
-    const bool churned = shard.churned;
     shard.churned = false;
     shard.fragmented = false;
     shard.floor_armed = false;
@@ -359,21 +390,6 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
     // The spare pages go into the arena too, before any fresh page.
     const std::vector<Segment*> spare = take_spare(shard);
     segments.insert(segments.end(), spare.begin(), spare.end());
-    // What the shard held at its peak is what the work needed in segments; one arena
-    // packs better, but best fit still needs a little room beyond the live peak. The
-    // segments still holding blocks (reserved_bytes now) count towards it.
-    const detail::ShardFigures& f = shard.figures;
-    // A shard that only fragmented held more than its work needed at its peak: its arena
-    // is sized on allocated bytes alone, with the headroom even where it could grow (best
-    // fit in an arena grown at its tail by what it lacked held 1.385 x live on an ONNX
-    // Runtime session's ResNet-50 run, 1.080 x with the headroom).
-    const std::size_t headroom =
-        grows_arena() && churned ? 0
-                                 : (f.high_allocated_bytes - f.allocated_bytes) / kArenaHeadroom;
-    const std::size_t needed =
-        std::max(churned ? f.high_reserved_bytes : 0, f.high_allocated_bytes + headroom);
-    target = needed > f.reserved_bytes ? needed - f.reserved_bytes : 0;  // pinned may do
-    grain = segment_grain(needed);
   }
   if (target == 0) {
     return_segments(segments, shard.stream);
