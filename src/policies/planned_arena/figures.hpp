@@ -5,12 +5,12 @@
 // from the upstream (RecordingBlocks) and the arenas (SharedArena). Each keeps its own
 // figures in the struct below - current values, peaks, totals - and combine_stats() adds
 // them to the pool's stats. Invariants: a peak is >= its current value from the last
-// reset_peak() on; totals only grow. Current figures are exact sums. No byte or allocation
-// peak is a sum of the sources' peaks (peak_segments still is, an upper bound) (they do not peak at
-// once: on an H200 the sum said 17.6 GB allocated where 8.2 GB were held): the reserved peak is
-// measured under the three sources (a StatsResource between them and the upstream: what they held
-// at once, spare pages included), and the live peaks by LiveGauge, at PlannedArena's own allocate
-// and free.
+// reset_peak() on; totals only grow. Current figures are exact sums. The byte and
+// allocation peaks are what the sources held at once, not the sum of their own peaks (which
+// said 17.6 GB allocated on an H200 where 8.2 GB were held): the reserved peak is measured
+// under the three sources (a StatsResource between them and the upstream, spare pages
+// included), the live peaks by LiveGauge at PlannedArena's own allocate and free.
+// peak_segments alone is still a sum, an upper bound.
 #pragma once
 
 #include <atomic>
