@@ -14,7 +14,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -149,6 +149,40 @@ TEST(TraceReplay, ShapeChangesGrowTheArenaAndStayWithinTenPercent) {
   EXPECT_EQ(pool.stats().arena_growths, 0u);
 }
 
+// A model's weights: tensors of `sizes` in turn, at least `at_least` bytes in all, live until
+// free_all (never touched). A 1 KiB first tensor matters: a model's first parameter is often
+// a bias, and the slack of its segment once marked the stream fragmented and pinned its low
+// at zero, so consolidation around weights never came.
+struct Weights {
+  Weights(CachingPool& pool, std::size_t at_least, std::span<const std::size_t> sizes) {
+    for (std::size_t i = 0; bytes < at_least; ++i) {
+      blocks.push_back(pool.allocate(sizes[i % sizes.size()]));
+      bytes += sizes[i % sizes.size()];
+    }
+  }
+  void free_all(CachingPool& pool) {
+    for (void* block : blocks) pool.free(block);
+    blocks.clear();
+  }
+  std::vector<void*> blocks;
+  std::size_t bytes = 0;
+};
+constexpr std::size_t kBiasThenThreeTensors[] = {1024, std::size_t{2} << 20, std::size_t{2} << 20,
+                                                 std::size_t{2} << 20};
+
+// `first` replays of the trace, then `more`; `before` gets the stats between them.
+bool replay_then_measure(const EventTrace& trace, CachingPool& pool, int first, int more,
+                         PoolStats* before) {
+  for (int i = 0; i < first; ++i) {
+    if (!replay(trace, pool)) return false;
+  }
+  *before = pool.stats();
+  for (int i = 0; i < more; ++i) {
+    if (!replay(trace, pool)) return false;
+  }
+  return true;
+}
+
 // A model's weights are allocated before its first step and live through every step, so
 // the stream never empties and consolidation at emptiness never comes. The pool then
 // consolidates around them when, after churning again, it comes back to the floor they make
@@ -163,24 +197,12 @@ TEST(TraceReplay, WeightsThatStayLiveDoNotStopConsolidation) {
       SCOPED_TRACE(consolidate ? "consolidating" : "not consolidating");
       HostResource host;
       CachingPool pool(host, CachingPoolOptions{.consolidate_when_empty = consolidate});
-      // Weights of 3 x the step's peak, in tensors of 2 MiB and 1 KiB (never touched). The
-      // first is the 1 KiB one, as a model's first parameter is often a bias: the slack of
-      // its segment once marked the stream fragmented and pinned its low at zero, and
-      // consolidation around weights never came (the order 2, 2, 2 MiB, 1 KiB hid that).
-      std::vector<void*> weights;
-      std::size_t weight_bytes = 0;
-      for (std::size_t i = 0; weight_bytes < 3 * trace.peak_live_bytes(); ++i) {
-        const std::size_t size = i % 4 == 0 ? 1024 : std::size_t{2} << 20;
-        weights.push_back(pool.allocate(size));
-        weight_bytes += size;
-      }
-      ASSERT_TRUE(replay(trace, pool));
-      ASSERT_TRUE(replay(trace, pool));
-      const PoolStats before = pool.stats();
-      ASSERT_TRUE(replay(trace, pool));
-      ASSERT_TRUE(replay(trace, pool));
+      // Weights of 3 x the step's peak (the order 2, 2, 2 MiB, 1 KiB hid the zero low).
+      Weights weights(pool, 3 * trace.peak_live_bytes(), kBiasThenThreeTensors);
+      PoolStats before;
+      ASSERT_TRUE(replay_then_measure(trace, pool, 2, 2, &before));
       const PoolStats s = pool.stats();
-      EXPECT_EQ(s.live_bytes, weight_bytes);
+      EXPECT_EQ(s.live_bytes, weights.bytes);
       const double ratio =
           static_cast<double>(s.peak_reserved_bytes) / static_cast<double>(s.peak_live_bytes);
       const std::uint64_t taken = s.segment_allocations - before.segment_allocations;
@@ -194,7 +216,7 @@ TEST(TraceReplay, WeightsThatStayLiveDoNotStopConsolidation) {
         EXPECT_GT(taken, 50u) << "no churn to remove: the test shows nothing";
         EXPECT_GT(released, 50u);
       }
-      for (void* w : weights) pool.free(w);
+      weights.free_all(pool);
       EXPECT_NO_THROW(pool.check_invariants());
     }
   }
@@ -212,16 +234,9 @@ TEST(TraceReplay, WeightsOnMemoryAsAGpusConsolidateAtTheirFloor) {
   HostResource host;
   SegmentsOnlyResource device_like(host);
   CachingPool pool(device_like);
-  std::vector<void*> weights;
-  std::size_t weight_bytes = 0;
-  for (std::size_t i = 0; weight_bytes < 1719041928; ++i) {
-    const std::size_t size = i % 4 == 0 ? 1024 : std::size_t{2} << 20;
-    weights.push_back(pool.allocate(size));
-    weight_bytes += size;
-  }
-  ASSERT_TRUE(replay(trace, pool));
-  const PoolStats before = pool.stats();
-  ASSERT_TRUE(replay(trace, pool));
+  Weights weights(pool, 1719041928, kBiasThenThreeTensors);
+  PoolStats before;
+  ASSERT_TRUE(replay_then_measure(trace, pool, 1, 1, &before));
   const PoolStats s = pool.stats();
   EXPECT_GE(s.consolidations, 1u);
   // Per repeat of the trace (ten steps, two shapes): one 512 MiB buffer at 64x64 and two
@@ -229,7 +244,7 @@ TEST(TraceReplay, WeightsOnMemoryAsAGpusConsolidateAtTheirFloor) {
   EXPECT_LE(s.segment_allocations - before.segment_allocations, 8u);
   EXPECT_LE(static_cast<double>(s.peak_reserved_bytes) / static_cast<double>(s.peak_live_bytes),
             1.15);
-  for (void* w : weights) pool.free(w);
+  weights.free_all(pool);
   EXPECT_NO_THROW(pool.check_invariants());
 }
 
@@ -251,22 +266,14 @@ TEST(TraceReplay, SmallWorkUnderWeightsConsolidatesAroundOneFreeSegment) {
     SegmentsOnlyResource segments_only(host);
     CachingPool pool(device_like ? static_cast<MemoryResource&>(segments_only)
                                  : static_cast<MemoryResource&>(host));
-    std::vector<void*> weights;
-    for (std::size_t i = 0, bytes = 0; bytes < 500'000'000; ++i) {
-      const std::size_t size = kUnetParameterSizes[i % std::size(kUnetParameterSizes)];
-      weights.push_back(pool.allocate(size));
-      bytes += size;
-    }
-    ASSERT_TRUE(replay(trace, pool));
-    ASSERT_TRUE(replay(trace, pool));
-    const PoolStats before = pool.stats();
-    ASSERT_TRUE(replay(trace, pool));
-    ASSERT_TRUE(replay(trace, pool));
+    Weights weights(pool, 500'000'000, kUnetParameterSizes);
+    PoolStats before;
+    ASSERT_TRUE(replay_then_measure(trace, pool, 2, 2, &before));
     const PoolStats s = pool.stats();
     EXPECT_GE(s.consolidations, 1u);
     EXPECT_EQ(s.segment_allocations, before.segment_allocations);
     EXPECT_EQ(s.segment_releases, before.segment_releases);
-    for (void* w : weights) pool.free(w);
+    weights.free_all(pool);
     EXPECT_NO_THROW(pool.check_invariants());
   }
 }
