@@ -76,9 +76,10 @@ OutOfMemoryInfo CachingPool::Impl::oom_info(std::size_t requested) const {
   OutOfMemoryInfo info;
   info.requested = requested;
   info.reserved = counters.held_bytes.current();
+  // Read only, as stats(): draining the quick lists here would change where later blocks
+  // go in every shard, the other streams' too (largest_free() walks the parked blocks).
   for (PoolShard* shard : shards()) {
     std::lock_guard lock(shard->mutex);
-    shard->drain_quick_lists();
     info.live += shard->figures.live_bytes;
     info.largest_free = std::max(info.largest_free, shard->largest_free());
   }
