@@ -151,8 +151,10 @@ TEST(PlannedArenaPipeline, ANewShapeIsRecordedWithoutTheWarmUpsCacheOrTheIdleAre
   EXPECT_EQ(arena.counters().planned_allocations, 6u);
   EXPECT_EQ(arena.counters().arena_failures, 0u);
   // The reserved peak is what the arena held at once, not its sources' peaks added up (the
-  // old shape's arena, the recording and the new arena never at once).
+  // old shape's arena, the recording and the new arena never at once); so is the peak count
+  // of ranges held (segments, arenas, the recording's blocks).
   EXPECT_EQ(arena.stats().peak_reserved_bytes, upstream.stats().peak_bytes);
+  EXPECT_EQ(arena.stats().peak_segments, upstream.stats().peak_count);
 }
 
 TEST(PlannedArenaPipeline, ArenaRefusedAfterTrimDropsThePlanAndTheStepRecords) {

@@ -173,9 +173,9 @@ class PlannedArena final : public MemoryResource, public PoolLimits {
   std::size_t planned_events() const;
 
   // Arena, fallback pool and a recording's blocks together: reserved includes the
-  // arena(s); current figures are exact, and so are the byte and allocation peaks (what was
-  // reserved, live or allocated at once: allocated counts requests rounded to 512 bytes, or
-  // the current figure when that is more); peak_segments is the sum of the sources' peaks.
+  // arena(s); current figures are exact, and so are the peaks (what was reserved, live or
+  // allocated at once, and the most ranges held from the upstream at once: allocated counts
+  // requests rounded to 512 bytes, or the current figure when that is more).
   PoolStats stats() const;
   void reset_peak();
   // Bytes given back to the upstream (see "Memory the caller gives back" above).

@@ -33,7 +33,7 @@ void LiveGauge::reset_peak() {
 }
 
 PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
-                        const ArenaFigures& arenas, std::size_t peak_held_bytes,
+                        const ArenaFigures& arenas, const ResourceStats& held,
                         const LiveGauge& live) {
   PoolStats s = pool;
   s.live_bytes += arenas.live_bytes + recording.live_bytes;
@@ -43,7 +43,6 @@ PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
   s.allocations += recording.allocations;
   s.frees += recording.frees;
   s.segments += recording.blocks;
-  s.peak_segments += recording.peak_blocks;
   s.segment_allocations += recording.upstream_allocations;
   s.segment_releases += recording.upstream_releases;
   s.failed_releases += recording.failed_releases;
@@ -51,12 +50,13 @@ PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
   s.allocated_bytes += arenas.allocated_bytes;
   s.reserved_bytes += arenas.reserved_bytes;
   // Measured under all three sources (figures.hpp), never below what is reserved now.
-  s.peak_reserved_bytes = std::max(peak_held_bytes, s.reserved_bytes);
+  s.peak_reserved_bytes = std::max(held.peak_bytes, s.reserved_bytes);
   s.live_allocations += arenas.live_allocations;
   s.allocations += arenas.allocations;
   s.frees += arenas.frees;
   s.segments += arenas.arenas;
-  s.peak_segments += arenas.peak_arenas;
+  // Ranges held at once, counted in the same place; never below what is held now.
+  s.peak_segments = std::max(held.peak_count, s.segments);
   s.segment_allocations += arenas.reservations;
   s.segment_releases += arenas.releases;
   s.failed_releases += arenas.failed_releases;

@@ -9,8 +9,8 @@
 // allocation peaks are what the sources held at once, not the sum of their own peaks (which
 // said 17.6 GB allocated on an H200 where 8.2 GB were held): the reserved peak is measured
 // under the three sources (a StatsResource between them and the upstream, spare pages
-// included), the live peaks by LiveGauge at PlannedArena's own allocate and free.
-// peak_segments alone is still a sum, an upper bound.
+// included), as is the peak count of ranges held (peak_segments), and the live peaks by
+// LiveGauge at PlannedArena's own allocate and free.
 #pragma once
 
 #include <atomic>
@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "sdalloc/core/pool_stats.hpp"
+#include "sdalloc/resources/stats_resource.hpp"
 
 namespace sdalloc::planned_arena_detail {
 
@@ -81,9 +82,10 @@ class LiveGauge {
   std::atomic<std::size_t> peak_live_{0}, peak_allocated_{0}, peak_count_{0};
 };
 
-// The fallback pool's stats with both other sources added; the live peaks from `live`.
+// The fallback pool's stats with both other sources added; the reserved and segment peaks
+// from `held` (the StatsResource under all three), the live peaks from `live`.
 PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
-                        const ArenaFigures& arenas, std::size_t peak_held_bytes,
+                        const ArenaFigures& arenas, const ResourceStats& held,
                         const LiveGauge& live);
 
 }  // namespace sdalloc::planned_arena_detail

@@ -495,7 +495,7 @@ struct PlannedArena::Impl {
     const PoolStats pool_stats = pool.stats();
     std::lock_guard<std::mutex> lock(mutex);
     return combine_stats(pool_stats, recording_blocks.figures(), arenas.figures(),
-                         held.stats().peak_bytes, live);
+                         held.stats(), live);
   }
 
   void reset_peak() {
