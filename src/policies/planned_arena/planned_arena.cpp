@@ -494,8 +494,8 @@ struct PlannedArena::Impl {
   PoolStats stats() const {
     const PoolStats pool_stats = pool.stats();
     std::lock_guard<std::mutex> lock(mutex);
-    return combine_stats(pool_stats, recording_blocks.figures(), arenas.figures(),
-                         held.stats(), live);
+    return combine_stats(pool_stats, recording_blocks.figures(), arenas.figures(), held.stats(),
+                         live);
   }
 
   void reset_peak() {
