@@ -14,19 +14,16 @@
 #include <thread>
 #include <vector>
 
+#include "onnxruntime/ort_env.hpp"
 #include "sdalloc/onnxruntime/ort_allocator.hpp"
-#include "sdalloc/resources/host_resource.hpp"
 
 namespace sdalloc::onnxruntime {
 namespace {
 
+using test::host;
+
 constexpr int kThreads = 4;
 constexpr int kRounds = 400;
-
-HostResource& host() {
-  static HostResource resource;
-  return resource;
-}
 
 // Each thread keeps a few allocations alive at once, filled with its own byte, and checks the
 // byte before it frees them: two threads handed overlapping memory would see each other's.
