@@ -172,9 +172,6 @@ bool SharedArena::reserve(Arena& arena) {
     ++figures_.prefault_failures;
   }
   arena.base_ = round_up(reinterpret_cast<std::uintptr_t>(arena.segment_), arena.alignment_);
-  // A new arena is not current yet: count it with the ones held.
-  figures_.peak_arenas =
-      std::max(figures_.peak_arenas, reserved_count() + (&arena == current_.get() ? 0 : 1));
   return true;
 }
 
@@ -253,8 +250,6 @@ ArenaFigures SharedArena::figures() const {
   f.arenas = reserved_count();
   return f;
 }
-
-void SharedArena::reset_peak() { figures_.peak_arenas = reserved_count(); }
 
 void SharedArena::add_layout(PoolLayout& layout) const {
   if (current_) current_->add_layout(layout);

@@ -127,7 +127,6 @@ class SharedArena {
   void wait_for_users();
 
   ArenaFigures figures() const;
-  void reset_peak();
   void add_layout(PoolLayout& layout) const;
   // Every arena's check_invariants().
   void check_invariants() const;

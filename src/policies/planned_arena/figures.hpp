@@ -49,8 +49,6 @@ struct ArenaFigures {
   std::size_t reserved_bytes = 0;
   std::size_t live_allocations = 0;
   std::size_t arenas = 0;  // reserved arenas
-  // Peaks.
-  std::size_t peak_arenas = 0;
   // Totals.
   std::uint64_t allocations = 0;
   std::uint64_t frees = 0;

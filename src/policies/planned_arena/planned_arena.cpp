@@ -503,7 +503,6 @@ struct PlannedArena::Impl {
     held.reset_peak();
     live.reset_peak();
     std::lock_guard<std::mutex> lock(mutex);
-    arenas.reset_peak();
     recording_blocks.reset_peak();
   }
 
