@@ -4,10 +4,10 @@
 // The pieces (this folder): StepRecorder (what a recorded step captures, and its plan),
 // PlanSet (the plans, and which one a step follows), SharedArena (the arena's lifetime and
 // occupancy), RecordingBlocks (a recording's blocks straight from the upstream),
-// StreamUsers (record_stream), figures (stats). This file holds the step: begin_step picks
-// how it is served, each plan-stream allocation and arena free is matched against the next
-// event of the plan (`cursor`), and the first mismatch makes the step divergent: from then
-// on the fallback pool serves it. See planned_arena.hpp for the contract.
+// StreamUsers (record_stream), figures (stats), options (their checks). This file holds
+// the step: begin_step picks how it is served, each plan-stream allocation and arena free is
+// matched against the next event of the plan (`cursor`), and the first mismatch makes the
+// step divergent: from then on the fallback pool serves it. See planned_arena.hpp for the contract.
 //
 // Invariants (under `mutex`):
 //  - in_step: choosing, recorder.recording(), `active` and `divergent` describe the step;
@@ -53,17 +53,6 @@ using planned_arena_detail::Slot;
 using planned_arena_detail::StepPlan;
 using planned_arena_detail::StepRecorder;
 using planned_arena_detail::StreamUsers;
-
-void PlannedArenaOptions::validate() const {
-  if (replan_after_divergent_steps == 0) {
-    throw InvalidArgument("PlannedArenaOptions: replan_after_divergent_steps must be >= 1");
-  }
-  if (max_plans == 0) throw InvalidArgument("PlannedArenaOptions: max_plans must be >= 1");
-  if (!(planner_time_limit_seconds >= 0.0)) {
-    throw InvalidArgument("PlannedArenaOptions: planner_time_limit_seconds must be >= 0");
-  }
-  fallback.validate();
-}
 
 struct PlannedArena::Impl {
   Impl(MemoryResource& up, PlannedArenaOptions opts)
