@@ -12,9 +12,10 @@
 //    another sdalloc::Error (not InvalidArgument / InvalidPointer) otherwise;
 //  - the same request, made again, succeeds.
 // Pools: CachingPool and PlannedArena (two steps: recorded, then planned) over HostResource,
-// every call of the UNet trace; VirtualMemoryPool over HostVirtualMemory, whose map calls
-// number in the tens of thousands on that trace, every call of a shorter real trace (the
-// first events of the ResNet trace) and a seeded random sample of the UNet trace's calls.
+// every call of the UNet trace (a seeded quarter of PlannedArena's under ThreadSanitizer);
+// VirtualMemoryPool over HostVirtualMemory, whose map calls number in the tens of thousands
+// on that trace, every call of a shorter real trace (the first events of the ResNet trace)
+// and a seeded random sample of the UNet trace's calls.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -283,6 +284,17 @@ std::vector<std::uint64_t> every_call(std::uint64_t calls) {
   return ks;
 }
 
+// The first and last calls and a fixed-seed random quarter of the others: random, not every
+// fourth, so that no kind of call that recurs with a period is skipped whole.
+std::vector<std::uint64_t> a_quarter_of_the_calls(std::uint64_t calls) {
+  std::vector<std::uint64_t> ks;
+  std::mt19937_64 random(37);
+  for (std::uint64_t k = 0; k < calls; ++k) {
+    if (k == 0 || k + 1 == calls || random() % 4 == 0) ks.push_back(k);
+  }
+  return ks;
+}
+
 // The calls of `kinds` a clean run makes (printed: the test's size is its number of runs).
 template <class Stack>
 std::uint64_t clean_calls(const EventTrace& trace, int steps, const Kinds& kinds) {
@@ -319,7 +331,15 @@ TEST(FaultInjection, PlannedArenaSurvivesEachFailedCallOfTwoUnetSteps) {
   const EventTrace trace = read_event_trace(kUnetTrace);
   const std::uint64_t calls = clean_calls<PlannedStack>(trace, 2, kEveryCall);
   ASSERT_GT(calls, 0u);
+  // ThreadSanitizer looks for races, not for the bookkeeping of a failure, which the release
+  // and ASan builds check on every call; under it the 892 runs took 124 s alone on a quiet
+  // 2-core VM (2026-12-06) and passed ctest's 600 s limit in a loaded run (2026-12-05), so
+  // it fails a quarter.
+#if defined(__SANITIZE_THREAD__)
+  fail_each<PlannedStack>(trace, 2, kEveryCall, a_quarter_of_the_calls(calls));
+#else
   fail_each<PlannedStack>(trace, 2, kEveryCall, every_call(calls));
+#endif
 }
 
 TEST(FaultInjection, VirtualMemoryPoolSurvivesEachFailedCallOfAShortTrace) {

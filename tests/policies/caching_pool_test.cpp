@@ -1,5 +1,6 @@
 // Behaviour of CachingPool's policy: reuse, splitting, merging, best fit, huge blocks,
-// growth and release, the out-of-memory path, streams, and what the hot path avoids.
+// growth and release, streams, and what the hot path avoids. Out of memory, bad pointers,
+// alignments and options: caching_pool_errors_test.cpp.
 // The generic contract (alignment, random sequences, threads, error paths) is checked for
 // every configuration in tests/conformance/.
 
@@ -10,12 +11,11 @@
 #include <cstdlib>
 #include <new>
 #include <set>
-#include <string>
 #include <vector>
 
+#include "policies/caching_pool_on_host.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
-#include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/resources/segments_only_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 
@@ -77,19 +77,9 @@ namespace {
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
 
-// The tests below pin down the mechanics at the 2 MiB granularity: their pools of a few MiB
-// would otherwise round to small_granularity (small_pool_limit), which has tests of its own.
-CachingPoolOptions large_pool_options() {
-  CachingPoolOptions options;
-  options.small_pool_limit = 0;
-  return options;
-}
+using test::large_pool_options;
 
-class CachingPoolTest : public ::testing::Test {
- protected:
-  HostResource host_;
-  StatsResource upstream_{host_};
-};
+class CachingPoolTest : public test::CachingPoolOnHost {};
 
 TEST_F(CachingPoolTest, FreedBlockIsReusedOnSameStream) {
   CachingPool pool(upstream_, large_pool_options());
@@ -349,125 +339,6 @@ TEST_F(CachingPoolTest, DoesNotConsolidateAStreamThatNeverReleased) {
   pool.free(b);
   EXPECT_EQ(pool.stats().consolidations, 0u);
   EXPECT_EQ(pool.stats().segments, 2u);
-}
-
-TEST_F(CachingPoolTest, OutOfMemoryReleasesTheCacheAndRetries) {
-  LimitResource card(upstream_, 16 * MiB);
-  CachingPoolOptions options = large_pool_options();
-  options.release_cached_before_growth = false;
-  CachingPool pool(card, options);
-  void* a = pool.allocate(2 * MiB);
-  void* b = pool.allocate(10 * MiB);
-  pool.free(b);                       // 10 MiB cached, 12 MiB reserved
-  void* c = pool.allocate(12 * MiB);  // needs the cache back
-  EXPECT_EQ(pool.stats().oom_retries, 1u);
-  EXPECT_EQ(pool.stats().ooms, 0u);
-  pool.free(a);
-  pool.free(c);
-  pool.check_invariants();
-}
-
-TEST_F(CachingPoolTest, OutOfMemoryStatesTheFiguresAndLeavesThePoolWorking) {
-  LimitResource card(upstream_, 16 * MiB);
-  CachingPool pool(card, large_pool_options());
-  void* a = pool.allocate(10 * MiB);
-  const PoolStats before = pool.stats();
-  try {
-    (void)pool.allocate(8 * MiB);
-    FAIL() << "expected OutOfMemory";
-  } catch (const OutOfMemory& e) {
-    EXPECT_EQ(e.info.requested, 8 * MiB);
-    EXPECT_EQ(e.info.live, 10 * MiB);
-    EXPECT_EQ(e.info.reserved, 10 * MiB);
-    EXPECT_EQ(e.info.capacity, 16 * MiB);
-    const std::string what = e.what();
-    for (const char* word : {"live", "reserved", "largest free", "capacity"}) {
-      EXPECT_NE(what.find(word), std::string::npos) << word << " missing from: " << what;
-    }
-  }
-  const PoolStats after = pool.stats();
-  EXPECT_EQ(after.live_bytes, before.live_bytes);
-  EXPECT_EQ(after.allocations, before.allocations);
-  EXPECT_EQ(after.ooms, 1u);
-  pool.check_invariants();
-  void* b = pool.allocate(4 * MiB);
-  pool.free(b);
-  pool.free(a);
-}
-
-TEST_F(CachingPoolTest, HonoursLargeAlignments) {
-  CachingPool pool(upstream_, large_pool_options());
-  for (std::size_t alignment : {std::size_t{1024}, 4 * KiB, 64 * KiB, 1 * MiB, 4 * MiB}) {
-    void* p = pool.allocate(1000, alignment, kDefaultStream);
-    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignment, 0u) << alignment;
-    pool.free(p);
-  }
-  pool.check_invariants();
-}
-
-TEST_F(CachingPoolTest, RejectsAlignmentThatIsNotAPowerOfTwo) {
-  CachingPool pool(upstream_, large_pool_options());
-  EXPECT_THROW((void)pool.allocate(64, 3, kDefaultStream), InvalidArgument);
-  EXPECT_THROW((void)pool.allocate(64, 2 * CachingPool::kMaxAlignment, kDefaultStream),
-               InvalidArgument);
-  EXPECT_EQ(pool.stats().allocations, 0u);
-}
-
-TEST_F(CachingPoolTest, DoubleFreeIsRejectedAndNamed) {
-  CachingPool pool(upstream_, large_pool_options());
-  void* a = pool.allocate(4096);
-  void* keep = pool.allocate(4096);
-  pool.free(a);
-  try {
-    pool.free(a);
-    FAIL() << "expected InvalidPointer";
-  } catch (const InvalidPointer& e) {
-    EXPECT_NE(std::string(e.what()).find("double free"), std::string::npos) << e.what();
-    EXPECT_EQ(e.pointer, a);
-  }
-  pool.check_invariants();
-  pool.free(keep);
-}
-
-TEST_F(CachingPoolTest, InteriorPointerIsRejectedAndNamed) {
-  CachingPool pool(upstream_, large_pool_options());
-  void* a = pool.allocate(4096);
-  try {
-    pool.free(static_cast<char*>(a) + 512);
-    FAIL() << "expected InvalidPointer";
-  } catch (const InvalidPointer& e) {
-    EXPECT_NE(std::string(e.what()).find("interior"), std::string::npos) << e.what();
-  }
-  EXPECT_EQ(pool.stats().live_allocations, 1u);
-  pool.free(a);
-}
-
-TEST_F(CachingPoolTest, DeallocateWithWrongSizeIsRejected) {
-  CachingPool pool(upstream_, large_pool_options());
-  void* a = pool.allocate(1000);
-  EXPECT_THROW(pool.deallocate(a, 999), InvalidArgument);
-  EXPECT_EQ(pool.allocation_size(a), 1000u);
-  pool.deallocate(a, 1000);
-}
-
-TEST_F(CachingPoolTest, BadOptionsAreRejected) {
-  CachingPoolOptions bad;
-  bad.segment_granularity = 3000;
-  EXPECT_THROW(CachingPool(upstream_, bad), InvalidArgument);
-  CachingPoolOptions bad_min;
-  bad_min.min_segment_size = 3 * MiB;
-  EXPECT_THROW(CachingPool(upstream_, bad_min), InvalidArgument);
-  CachingPoolOptions bad_reservation;
-  bad_reservation.initial_reservation = 1 * MiB;
-  EXPECT_THROW(CachingPool(upstream_, bad_reservation), InvalidArgument);
-}
-
-TEST_F(CachingPoolTest, InitialReservationBeyondCapacityFailsConstruction) {
-  LimitResource card(upstream_, 8 * MiB);
-  CachingPoolOptions options = large_pool_options();
-  options.initial_reservation = 16 * MiB;
-  EXPECT_THROW(CachingPool(card, options), OutOfMemory);
-  EXPECT_EQ(card.used(), 0u);
 }
 
 TEST_F(CachingPoolTest, FreeSegmentMovesToAnotherStreamInsteadOfGrowing) {

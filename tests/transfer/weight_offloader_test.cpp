@@ -161,13 +161,15 @@ TEST(WeightOffloader, CopiesOverlapComputeOfKnownDuration) {
        {Case{milliseconds(30), milliseconds(15)}, Case{milliseconds(15), milliseconds(30)}}) {
     const double compute_total = kLayers * std::chrono::duration<double>(c.compute).count();
     const double copy_seconds = std::chrono::duration<double>(c.copy).count();
-    // A loaded machine (CI's sanitizer stages on two cores) only ever makes a step slower, so
-    // the overlapped step is timed up to three times and the fastest counts: a step whose
-    // copies do not overlap takes compute + copy, about 1.4 x max(compute, copy) here (the
-    // synchronous step below), on every try; one that overlaps meets 1.10 x on an unloaded
-    // try.
+    // A step whose copies overlap compute takes about max(compute, copy); one that does not,
+    // compute + copy (the synchronous step below). The bar is halfway between the two for
+    // the loads the step made: it leaves room for the time each acquire and each sleep's
+    // overshoot add (about 60 ms a step under TSan on CI's two loaded cores, 1.12 x
+    // max(compute, copy) once), and no step without overlap meets it. A loaded machine only
+    // ever makes a step slower, so the step is timed up to three times and the fastest counts.
     StepTime overlapped;
     double bound = 0;
+    double halfway = 0;
     for (int attempt = 0; attempt < 3; ++attempt) {
       const StepTime t = step_time(2, c.compute, c.copy, kLayers);
       // Total copy time: the loads the step made (weights kept resident cost nothing).
@@ -175,8 +177,9 @@ TEST(WeightOffloader, CopiesOverlapComputeOfKnownDuration) {
       if (attempt == 0 || t.seconds < overlapped.seconds) {
         overlapped = t;
         bound = std::max(compute_total, copy_total);
+        halfway = (bound + compute_total + copy_total) / 2;
       }
-      if (overlapped.seconds <= 1.10 * bound) break;
+      if (overlapped.seconds <= halfway) break;
     }
     const StepTime synchronous = step_time(0, c.compute, c.copy, kLayers);
     const double sum = compute_total + static_cast<double>(synchronous.loads) * copy_seconds;
@@ -188,7 +191,7 @@ TEST(WeightOffloader, CopiesOverlapComputeOfKnownDuration) {
         overlapped.seconds, static_cast<unsigned long long>(overlapped.loads),
         static_cast<unsigned long long>(overlapped.waits), bound, synchronous.seconds,
         static_cast<unsigned long long>(synchronous.loads), sum);
-    EXPECT_LE(overlapped.seconds, 1.10 * bound);
+    EXPECT_LE(overlapped.seconds, halfway);
     EXPECT_GE(synchronous.seconds, 0.97 * sum);
   }
 }

@@ -30,10 +30,9 @@ struct RecordingBlockFigures {
   std::size_t live_bytes = 0;          // what callers asked for
   std::size_t live_blocks = 0;
   std::size_t blocks = 0;  // live and cached
-  // Peaks. peak_live_raw_bytes also bounds the recording's cache (RecordingBlocks); it is
-  // not reset by reset_peak().
+  // Peak. It bounds the recording's cache (RecordingBlocks), so PlannedArena::reset_peak()
+  // leaves it alone.
   std::size_t peak_live_raw_bytes = 0;
-  std::size_t peak_blocks = 0;
   // Totals.
   std::uint64_t allocations = 0;  // requests served
   std::uint64_t frees = 0;

@@ -491,8 +491,6 @@ struct PlannedArena::Impl {
     pool.reset_peak();
     held.reset_peak();
     live.reset_peak();
-    std::lock_guard<std::mutex> lock(mutex);
-    recording_blocks.reset_peak();
   }
 
   PlannedArenaCounters current_counters() const {

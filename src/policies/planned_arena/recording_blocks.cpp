@@ -117,7 +117,6 @@ void RecordingBlocks::release_raw(void* raw, std::size_t raw_bytes, Stream strea
 void RecordingBlocks::note_peaks() {
   RecordingBlockFigures& f = figures_;
   f.peak_live_raw_bytes = std::max(f.peak_live_raw_bytes, f.live_raw_bytes);
-  f.peak_blocks = std::max(f.peak_blocks, live_.size() + cache_.size());
 }
 
 RecordingBlockFigures RecordingBlocks::figures() const {
@@ -125,11 +124,6 @@ RecordingBlockFigures RecordingBlocks::figures() const {
   f.live_blocks = live_.size();
   f.blocks = live_.size() + cache_.size();
   return f;
-}
-
-void RecordingBlocks::reset_peak() {
-  RecordingBlockFigures& f = figures_;
-  f.peak_blocks = live_.size() + cache_.size();
 }
 
 void RecordingBlocks::add_layout(PoolLayout& layout) const {

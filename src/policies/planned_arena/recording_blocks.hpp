@@ -47,7 +47,6 @@ class RecordingBlocks {
   void release_cache();
 
   RecordingBlockFigures figures() const;
-  void reset_peak();
   // Each block as a segment of its own: a live block with its slack as free blocks, a
   // cached one as one free block.
   void add_layout(PoolLayout& layout) const;

@@ -1,0 +1,27 @@
+// caching_pool_on_host.hpp - what the CachingPool tests share: a pool's upstream on host
+// memory with its figures (StatsResource), and options at the 2 MiB granularity.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/resources/host_resource.hpp"
+#include "sdalloc/resources/stats_resource.hpp"
+
+namespace sdalloc::test {
+
+// The tests pin down the mechanics at the 2 MiB granularity: their pools of a few MiB would
+// otherwise round to small_granularity (small_pool_limit), which has tests of its own.
+inline CachingPoolOptions large_pool_options() {
+  CachingPoolOptions options;
+  options.small_pool_limit = 0;
+  return options;
+}
+
+class CachingPoolOnHost : public ::testing::Test {
+ protected:
+  HostResource host_;
+  StatsResource upstream_{host_};
+};
+
+}  // namespace sdalloc::test
