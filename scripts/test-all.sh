@@ -16,6 +16,9 @@
 #   ubsan-preload  the CPU drop-in and its stress test built with UBSan alone (preset
 #             "ubsan"), the stress test run with the drop-in preloaded in every mode (ASan
 #             and TSan replace malloc themselves, so only UBSan can watch the drop-in work)
+#   shim-without-cuda  the PyTorch shim's tests in that UBSan build, which is configured
+#             without CUDA as a machine without the toolkit builds it (a shim that lacked
+#             part of the C API there went unseen while only CUDA builds ran its tests)
 #   fuzz      scripts/fuzz.sh --seconds 15: builds the libFuzzer targets (presets "fuzz" and
 #             "fuzz-preload", clang)
 #             and runs each 15 s (SDALLOC_FUZZ_SECONDS); a finding fails the stage
@@ -167,6 +170,12 @@ if [[ " $presets " == *" asan "* ]]; then
   cmake --preset ubsan -B "$build_root/ubsan"
   cmake --build "$build_root/ubsan" -j "$jobs" --target sdalloc_preload preload_stress
   (cd "$build_root/ubsan" && ctest --output-on-failure -R '^preload_stress_' --no-tests=error)
+  end
+  begin shim-without-cuda
+  cmake --build "$build_root/ubsan" -j "$jobs" \
+    --target sdalloc sdalloc_torch sdalloc_torch_shim_tests
+  (cd "$build_root/ubsan" &&
+    ctest --output-on-failure -R '^(TorchShim|shim_exports_)' --no-tests=error)
   end
 fi
 
