@@ -16,9 +16,9 @@
 #   ubsan-preload  the CPU drop-in and its stress test built with UBSan alone (preset
 #             "ubsan"), the stress test run with the drop-in preloaded in every mode (ASan
 #             and TSan replace malloc themselves, so only UBSan can watch the drop-in work)
-#   shim-without-cuda  the PyTorch shim's tests in that UBSan build, which is configured
-#             without CUDA as a machine without the toolkit builds it (a shim that lacked
-#             part of the C API there went unseen while only CUDA builds ran its tests)
+#   shim-without-cuda  the PyTorch shim's tests and pytest over that UBSan build, which is
+#             configured without CUDA as a machine without the toolkit builds it (a shim that
+#             lacked part of the C API there went unseen while only CUDA builds ran its tests)
 #   fuzz      scripts/fuzz.sh --seconds 15: builds the libFuzzer targets (presets "fuzz" and
 #             "fuzz-preload", clang)
 #             and runs each 15 s (SDALLOC_FUZZ_SECONDS); a finding fails the stage
@@ -124,12 +124,13 @@ for f in sorted(files):
 # CPU paths) run with Debian's interpreter, which has pytest and torch; a python3 earlier on
 # PATH (pyenv, a venv) may not. The package loads the release build's libraries
 # (SDALLOC_LIBRARY_DIR); CI=1 makes missing libraries or a missing torch failures, not skips.
+# run_python_tests [LIBRARY_DIR]: the package over that build's libraries (default: release).
 run_python_tests() {
   if ! compgen -G "$root/tests/python/test_*.py" >/dev/null; then
     echo "test-all: no Python tests yet"
     return 0
   fi
-  SDALLOC_LIBRARY_DIR="$build_root/release/src" CI="${CI:-1}" \
+  SDALLOC_LIBRARY_DIR="${1:-$build_root/release/src}" CI="${CI:-1}" \
     /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/tests/python"
 }
 
@@ -176,6 +177,12 @@ if [[ " $presets " == *" asan "* ]]; then
     --target sdalloc sdalloc_torch sdalloc_torch_shim_tests
   (cd "$build_root/ubsan" &&
     ctest --output-on-failure -R '^(TorchShim|shim_exports_)' --no-tests=error)
+  # The Python package over those libraries (python3 loads the UBSan runtime first): only
+  # here does offload(device="cuda") meet a shim built without CUDA and refuse saying so.
+  # The tests that drive the sdalloc program skip: that build has no tools.
+  ubsan_runtime=$(c++ -print-file-name=libubsan.so.1)
+  [[ -f $ubsan_runtime ]] || { echo "test-all: no libubsan.so.1 next to c++" >&2; exit 1; }
+  LD_PRELOAD=$ubsan_runtime run_python_tests "$build_root/ubsan/src"
   end
 fi
 
