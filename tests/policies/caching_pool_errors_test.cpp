@@ -19,10 +19,9 @@
 namespace sdalloc {
 namespace {
 
-constexpr std::size_t KiB = 1024;
-constexpr std::size_t MiB = 1024 * KiB;
-
+using test::KiB;
 using test::large_pool_options;
+using test::MiB;
 
 class CachingPoolErrors : public test::CachingPoolOnHost {};
 

@@ -1,14 +1,19 @@
 // caching_pool_on_host.hpp - what the CachingPool tests share: a pool's upstream on host
-// memory with its figures (StatsResource), and options at the 2 MiB granularity.
+// memory with its figures (StatsResource), options at the 2 MiB granularity, and the units.
 #pragma once
 
 #include <gtest/gtest.h>
+
+#include <cstddef>
 
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 
 namespace sdalloc::test {
+
+inline constexpr std::size_t KiB = 1024;
+inline constexpr std::size_t MiB = 1024 * KiB;
 
 // The tests pin down the mechanics at the 2 MiB granularity: their pools of a few MiB would
 // otherwise round to small_granularity (small_pool_limit), which has tests of its own.

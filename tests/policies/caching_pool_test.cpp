@@ -74,10 +74,9 @@ void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcep
 namespace sdalloc {
 namespace {
 
-constexpr std::size_t KiB = 1024;
-constexpr std::size_t MiB = 1024 * KiB;
-
+using test::KiB;
 using test::large_pool_options;
+using test::MiB;
 
 class CachingPoolTest : public test::CachingPoolOnHost {};
 
