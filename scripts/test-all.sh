@@ -17,8 +17,9 @@
 #             "ubsan"), the stress test run with the drop-in preloaded in every mode (ASan
 #             and TSan replace malloc themselves, so only UBSan can watch the drop-in work)
 #   shim-without-cuda  the PyTorch shim's tests and pytest over that UBSan build, which is
-#             configured without CUDA as a machine without the toolkit builds it (a shim that
-#             lacked part of the C API there went unseen while only CUDA builds ran its tests)
+#             configured without CUDA and without zlib, as a bare machine builds it (a shim
+#             that lacked part of the C API without CUDA, and one that failed to link without
+#             zlib, went unseen while only builds with both ran its tests)
 #   fuzz      scripts/fuzz.sh --seconds 15: builds the libFuzzer targets (presets "fuzz" and
 #             "fuzz-preload", clang)
 #             and runs each 15 s (SDALLOC_FUZZ_SECONDS); a finding fails the stage

@@ -264,6 +264,19 @@ std::vector<Segment*> PoolShard::releasable_segments() {
   return result;
 }
 
+std::size_t PoolShard::bytes_in_used_segments() const {
+  std::size_t bytes = 0;
+  for (const Segment* s = segments; s != nullptr; s = s->next) {
+    for (const Block* b = s->first; b != nullptr; b = b->next) {
+      if (!b->free) {
+        bytes += s->size;
+        break;
+      }
+    }
+  }
+  return bytes;
+}
+
 Block* PoolShard::last_block(const Segment* segment) {
   Block* b = segment->first;
   while (b->next != nullptr) b = b->next;

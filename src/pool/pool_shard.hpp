@@ -152,6 +152,9 @@ class alignas(64) PoolShard {
 
   // --- figures ----------------------------------------------------------------------
   std::size_t free_bytes() const { return normal.bytes() + huge.bytes() + quick.bytes(); }
+  // Bytes of the segments holding a live block: a walk over every block (slow path only);
+  // reads only, so parked blocks stay parked.
+  std::size_t bytes_in_used_segments() const;
   std::size_t largest_free() const;
   std::size_t pending_bytes() const;
   // Checks this shard's invariants; throws sdalloc::Error naming the first broken one.
