@@ -312,8 +312,12 @@ class ProbeSchedule {
     return stopped_ || Clock::now() >= deadline_ || (max_nodes != 0 && nodes_.load() >= max_nodes);
   }
 
-  // A share of the time left, and at least kMinimumProbe.
+  // A share of the time left, and at least kMinimumProbe. Under a node limit a probe ends
+  // by its share of the nodes alone (the whole search's time limit still holds): a clock
+  // share made the plan depend on the machine's speed, and a node-limited run under
+  // ThreadSanitizer on a busy machine gave another plan than the run before it.
   Clock::time_point share_of_time_left(double share) const {
+    if (options_.max_search_nodes != 0) return deadline_;
     const Clock::time_point now = Clock::now();
     const auto slice =
         std::chrono::duration_cast<Clock::duration>((deadline_ - now) * share) + kMinimumProbe;

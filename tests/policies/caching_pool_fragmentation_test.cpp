@@ -104,8 +104,8 @@ TEST_F(FragmentationTest, AStreamWithWeightsIsConsolidatedAtTheirFloor) {
   pool.check_invariants();
 }
 
-// The pool's bytes once the session has settled: what the same runs settle at with
-// nothing else in the pool (the arena), plus `beside`.
+// What a pool holds once the session's runs have settled in it with nothing else in the
+// pool: its arena.
 std::size_t settled_bytes(MemoryResource& upstream) {
   CachingPool alone(upstream);
   for (int run = 0; run < 3; ++run) run_once(alone);
