@@ -13,7 +13,9 @@ LimitResource::LimitResource(MemoryResource& upstream, std::size_t capacity)
     : upstream_(upstream), cap_(capacity) {}
 
 std::string LimitResource::name() const {
-  return "limit(" + upstream_.name() + ", " + format_size(capacity()) + ")";
+  const std::size_t limit = cap_.limit();
+  return limit == kNoLimit ? upstream_.name()
+                           : "limit(" + upstream_.name() + ", " + format_size(limit) + ")";
 }
 
 namespace {

@@ -44,14 +44,16 @@ std::size_t cap_for(const ShimConfig& config, double fraction, std::size_t total
   return cap;
 }
 
+std::size_t limit_for(std::size_t cap) { return cap == 0 ? LimitResource::kNoLimit : cap; }
+
 std::uint64_t vmm_unmaps(const sdalloc_pool& pool) {
   const auto* counting = dynamic_cast<const CountingVirtualMemory*>(pool.virtual_memory.get());
   return counting == nullptr ? 0 : counting->unmaps();
 }
 
-AdjustableLimitResource* limit_of(sdalloc_pool& pool) {
+LimitResource* limit_of(sdalloc_pool& pool) {
   if (pool.resources.size() < 2) return nullptr;  // a virtual-memory pool: no limit layer
-  return static_cast<AdjustableLimitResource*>(pool.resources[1].get());
+  return static_cast<LimitResource*>(pool.resources[1].get());
 }
 
 std::size_t fraction_base(const ShimConfig& config, const sdalloc_pool& pool) {
@@ -80,7 +82,7 @@ std::unique_ptr<sdalloc_pool> make_vm_pool(const ShimConfig& config,
 std::unique_ptr<sdalloc_pool> finish(const ShimConfig& config, Stack stack,
                                      std::unique_ptr<StreamEvents> events, std::size_t total) {
   const std::size_t cap = cap_for(config, config.memory_fraction, total);
-  stack.push_back(std::make_unique<AdjustableLimitResource>(*stack.back(), cap));
+  stack.push_back(std::make_unique<LimitResource>(*stack.back(), limit_for(cap)));
   if (config.mode == Mode::kPlanned) {
     PlannedArenaOptions options = sdalloc::config::planned_arena_options(config);
     // Host arenas are faulted in when reserved, so a planned step does not pay it.

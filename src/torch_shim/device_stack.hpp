@@ -1,15 +1,18 @@
 // device_stack.hpp - the resource stack under one device's pool in the PyTorch shim.
 //
 // make_device_pool() builds, for one device index and the shim's configuration:
-//     mode:pool, async   CachingPool <- AdjustableLimitResource (capacity, memory_fraction)
+//     mode:pool, async   CachingPool <- LimitResource (capacity, memory_fraction)
 //                                    <- HostResource | CudaResource | CudaAsyncResource
 //     mode:vmm           VirtualMemoryPool (physical cap = capacity, memory_fraction)
 //                                    <- HostVirtualMemory | CudaVirtualMemory
 //     mode:planned       PlannedArena (fallback: CachingPool with the pool options)
-//                                    <- AdjustableLimitResource <- HostResource | CudaResource
+//                                    <- LimitResource <- HostResource | CudaResource
 // with CudaStreamEvents for cross-stream frees on CUDA. The result is a C API pool handle
-// (c_pool.hpp), so every sdalloc_* function works on it. limit_of() finds the adjustable
-// limit for set_memory_fraction (none in a virtual-memory pool, whose cap is fixed).
+// (c_pool.hpp), so every sdalloc_* function works on it. limit_of() finds the limit, whose
+// cap set_memory_fraction changes (none in a virtual-memory pool, whose cap is fixed). The
+// limit forwards coalesce and grow, so the pool moves pages and grows its arena in place
+// over host memory as it does in `sdalloc replay` (a cap that did not forward them held the
+// shim's host pools to separate segments: 1.55 x live on a rising resolution instead of 1.05).
 //
 // Errors: InvalidArgument for backend:cuda in a build without CUDA, a mode the build lacks,
 // a device out of range; CudaError (an sdalloc::Error) when CUDA is not usable here.
@@ -18,8 +21,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "adjustable_limit_resource.hpp"
 #include "c_api/c_pool.hpp"
+#include "sdalloc/resources/limit_resource.hpp"
 #include "shim_config.hpp"
 
 namespace sdalloc::torch_shim {
@@ -36,7 +39,9 @@ std::unique_ptr<sdalloc_pool> make_device_pool(const ShimConfig& config, int dev
 // `total` is the source's capacity (the device's memory); host: config.capacity.
 std::size_t cap_for(const ShimConfig& config, double fraction, std::size_t total);
 
-AdjustableLimitResource* limit_of(sdalloc_pool& pool);
+LimitResource* limit_of(sdalloc_pool& pool);
+// The LimitResource capacity for a cap (0, no cap: LimitResource::kNoLimit).
+std::size_t limit_for(std::size_t cap);
 
 // Pages a mode:vmm pool has unmapped since its creation (0 for other pools).
 std::uint64_t vmm_unmaps(const sdalloc_pool& pool);

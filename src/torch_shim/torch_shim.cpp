@@ -366,8 +366,9 @@ sdalloc_status_t sdalloc_torch_set_memory_fraction(double fraction, int device) 
     }
     s.fractions[std::size_t(slot_of(device))] = fraction;
     if (pool != nullptr) {
-      sdalloc::torch_shim::limit_of(*pool)->set_cap(sdalloc::torch_shim::cap_for(
-          config, fraction, sdalloc::torch_shim::fraction_base(config, *pool)));
+      sdalloc::torch_shim::limit_of(*pool)->set_capacity(
+          sdalloc::torch_shim::limit_for(sdalloc::torch_shim::cap_for(
+              config, fraction, sdalloc::torch_shim::fraction_base(config, *pool))));
     }
     return SDALLOC_SUCCESS;
   });

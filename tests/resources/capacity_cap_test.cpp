@@ -1,5 +1,5 @@
-// CapacityCap: the running total under a limit that LimitResource and the PyTorch shim's
-// adjustable cap share. Grants up to the limit and no further, refuses without changing
+// CapacityCap: the running total under a limit behind LimitResource (whose cap the PyTorch
+// shim changes while in use). Grants up to the limit and no further, refuses without changing
 // anything, follows a changed limit, and never lets concurrent callers pass it together.
 #include "sdalloc/resources/capacity_cap.hpp"
 

@@ -271,6 +271,55 @@ TEST(LimitResourceTest, NameAndCapacityDescribeTheCap) {
   EXPECT_EQ(&limit.upstream(), &host);
 }
 
+TEST(LimitResourceTest, ALoweredCapRefusesUntilEnoughIsReturnedAndARaisedOneGrantsMore) {
+  HostResource host;
+  LimitResource limit(host, kMiB);
+  void* first = limit.allocate(768 * kKiB);
+  limit.set_capacity(512 * kKiB);  // below what is in use: nothing is taken back
+  EXPECT_EQ(limit.capacity(), 512 * kKiB);
+  EXPECT_EQ(limit.used(), 768 * kKiB);
+  EXPECT_EQ(limit.available(), 0u);
+  EXPECT_THROW(limit.allocate(4 * kKiB), OutOfMemory);
+  limit.deallocate(first, 768 * kKiB);
+  void* second = limit.allocate(512 * kKiB);
+  EXPECT_THROW(limit.allocate(4 * kKiB), OutOfMemory);
+  limit.set_capacity(2 * kMiB);
+  void* third = limit.allocate(kMiB);
+  EXPECT_EQ(limit.used(), 1536 * kKiB);
+  EXPECT_EQ(limit.name(), "limit(host, 2.0 MiB)");
+  limit.deallocate(second, 512 * kKiB);
+  limit.deallocate(third, kMiB);
+  EXPECT_EQ(limit.used(), 0u);
+}
+
+TEST(LimitResourceTest, WithoutACapItCountsAndReportsTheUpstreamsNameAndCapacity) {
+  HostResource host;
+  LimitResource card(host, 8 * kMiB);
+  LimitResource counting(card, LimitResource::kNoLimit);
+  EXPECT_EQ(counting.name(), "limit(host, 8.0 MiB)");
+  EXPECT_EQ(counting.capacity(), 8 * kMiB);
+  void* block = counting.allocate(6 * kMiB);
+  EXPECT_EQ(counting.used(), 6 * kMiB);
+  EXPECT_THROW(counting.allocate(4 * kMiB), OutOfMemory) << "the upstream's cap still holds";
+  EXPECT_EQ(counting.used(), 6 * kMiB) << "the upstream's refusal is undone";
+  counting.set_capacity(4 * kMiB);
+  EXPECT_EQ(counting.name(), "limit(limit(host, 8.0 MiB), 4.0 MiB)");
+  counting.set_capacity(LimitResource::kNoLimit);
+  EXPECT_EQ(counting.capacity(), 8 * kMiB);
+  counting.deallocate(block, 6 * kMiB);
+  EXPECT_EQ(counting.used(), 0u);
+  EXPECT_EQ(card.used(), 0u);
+}
+
+TEST(LimitResourceTest, ForwardsWhetherTheUpstreamCanGrowAndCoalesce) {
+  HostResource host;
+  LimitResource limit(host, LimitResource::kNoLimit);
+  EXPECT_EQ(limit.can_grow(), host.can_grow());
+  EXPECT_EQ(limit.can_coalesce(), host.can_coalesce());
+  EXPECT_TRUE(limit.can_grow()) << "a pool over the host's cap must be able to grow its arena";
+  EXPECT_EQ(limit.available(), LimitResource::kNoLimit) << "no cap above or below";
+}
+
 // ---------------------------------------------------------------------------------------
 // StatsResource
 

@@ -2,24 +2,34 @@
 // function (through a std::function over the pointer, as CUDAPluggableAllocator stores it)
 // and the refusal of a stream that is capturing a CUDA graph (a fake capture query stands
 // in for cudaStreamIsCapturing); the CUDA offload entry points' argument errors and their
-// refusal where no CUDA device is usable.
+// refusal where no CUDA device is usable; a host pool under the shim's cap grows its arena in
+// place, as the replays measure it.
 //
-// The shim's configuration is per process and fixed by the first allocation, so the tests
-// run in this order: a bad configuration first (no pool exists yet), then a good one.
+// The shim's configuration is per process and fixed by the first allocation: the bad
+// configuration's test comes first (no pool exists yet), the others all use one good one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "sdalloc/sdalloc.h"
 #include "sdalloc/torch_shim.h"
 
 namespace {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
+// Every test configures the same, so that any of them may run first, alone or in one process;
+// the first allocation of the process fixes the configuration (later configure calls fail).
+constexpr const char* kConfiguration = "backend:host,capacity:64MiB";
+bool configured() {
+  return sdalloc_torch_pool(0) != nullptr ||
+         sdalloc_torch_configure(kConfiguration) == SDALLOC_SUCCESS;
+}
 
 // The allocation function as PyTorch stores it (CUDAPluggableAllocator's alloc_fn_).
 const std::function<void*(std::size_t, int, cudaStream_t)> kAllocFn = sdalloc_torch_malloc_raising;
@@ -44,20 +54,20 @@ TEST(TorchShimMallocRaising, BadConfigurationThrowsNamingTheKey) {
 }
 
 TEST(TorchShimMallocRaising, OutOfMemoryThrowsABadAllocWithSdallocsFigures) {
-  ASSERT_EQ(sdalloc_torch_configure("backend:host,capacity:8MiB"), SDALLOC_SUCCESS);
+  ASSERT_TRUE(configured()) << sdalloc_torch_last_error();
   void* held = kAllocFn(3 * kMiB, 0, nullptr);
   ASSERT_NE(held, nullptr);
-  const std::string message = message_of(16 * kMiB, 0);
-  EXPECT_EQ(message.rfind("CUDA out of memory (sdalloc): cannot allocate 16777216 bytes on "
+  const std::string message = message_of(96 * kMiB, 0);
+  EXPECT_EQ(message.rfind("CUDA out of memory (sdalloc): cannot allocate 100663296 bytes on "
                           "device 0: ",
                           0),
             0U)
       << message;
-  for (const char* figure : {"16777216", "live", "reserved", "largest free"}) {
+  for (const char* figure : {"100663296", "live", "reserved", "largest free"}) {
     EXPECT_NE(message.find(figure), std::string::npos) << figure << " in: " << message;
   }
   // Catchable as std::exception too (PyTorch's last handler turns it into RuntimeError).
-  EXPECT_THROW(kAllocFn(16 * kMiB, 0, nullptr), std::exception);
+  EXPECT_THROW(kAllocFn(96 * kMiB, 0, nullptr), std::exception);
   // The pool is intact after the throw: the held block frees, and a fitting request works.
   sdalloc_torch_free(held, 3 * kMiB, 0, nullptr);
   void* fits = kAllocFn(6 * kMiB, 0, nullptr);
@@ -66,12 +76,61 @@ TEST(TorchShimMallocRaising, OutOfMemoryThrowsABadAllocWithSdallocsFigures) {
   EXPECT_EQ(kAllocFn(0, 0, nullptr), nullptr);  // zero bytes: nullptr, no exception
 }
 
+// The shim's cap (capacity, memory_fraction) sits between the pool and host memory. It
+// passes the pool's grow and coalesce through, so a consolidated arena grows in place for a
+// larger request instead of taking a segment beside it; and the cap, lowered after the
+// pool exists, still refuses what would pass it.
+TEST(TorchShimHostPool, TheArenaGrowsInPlaceUnderTheCap) {
+  ASSERT_TRUE(configured()) << sdalloc_torch_last_error();
+  constexpr int kDevice = 1;  // a pool of its own, whatever the other tests did to device 0's
+  const auto reserved = [=] {
+    sdalloc_stats_t stats{};
+    stats.struct_size = sizeof(stats);
+    EXPECT_EQ(sdalloc_pool_stats(sdalloc_torch_pool(kDevice), &stats), SDALLOC_SUCCESS);
+    return stats;
+  };
+  const auto take = [=](std::size_t mib) { return kAllocFn(mib * kMiB, kDevice, nullptr); };
+  const auto give = [=](void* ptr, std::size_t mib) {
+    sdalloc_torch_free(ptr, mib * kMiB, kDevice, nullptr);
+  };
+  // Two segments, freed; a larger request releases them to grow (a churn), a small one
+  // takes a third; all freed: the stream is empty with segments to consolidate.
+  void* a = take(4);
+  void* b = take(4);
+  give(a, 4);
+  give(b, 4);
+  void* c = take(12);
+  void* d = take(2);
+  give(c, 12);
+  give(d, 2);
+  const std::uint64_t consolidations_before = reserved().consolidations;
+  void* small = take(1);  // consolidates: one arena of the peak, the small block in it
+  EXPECT_EQ(reserved().consolidations, consolidations_before + 1);
+  const std::size_t arena = reserved().reserved_bytes;
+  EXPECT_LE(arena, 16 * kMiB);
+  // 20 MiB do not fit the arena: it grows by what its free tail lacks.
+  void* large = take(20);
+  ASSERT_NE(large, nullptr);
+  EXPECT_EQ(reserved().segments, 1U) << "grown in place, no segment beside the arena";
+  EXPECT_LE(reserved().reserved_bytes, 22 * kMiB);
+  std::fill_n(static_cast<char*>(large), 20 * kMiB, '\x5a');  // the grown part is memory
+  // A lower cap, set while the pool holds memory, refuses what would pass it.
+  ASSERT_EQ(sdalloc_torch_set_memory_fraction(0.5, kDevice), SDALLOC_SUCCESS);  // 32 MiB
+  EXPECT_THROW(take(16), std::bad_alloc);
+  void* fits = take(4);
+  EXPECT_NE(fits, nullptr);
+  give(fits, 4);
+  give(large, 20);
+  give(small, 1);
+  ASSERT_EQ(sdalloc_torch_set_memory_fraction(1.0, kDevice), SDALLOC_SUCCESS);
+}
+
 // A stream the fake capture query says is capturing.
 cudaStream_t capturing_stream() { return reinterpret_cast<cudaStream_t>(0xC0); }
 int fake_capture_query(cudaStream_t stream) { return stream == capturing_stream() ? 1 : 0; }
 
 TEST(TorchShimGraphCapture, ACapturingStreamIsRefusedAndItsFreesAreNeverReused) {
-  (void)sdalloc_torch_configure("backend:host,capacity:8MiB");  // fixed already if run after
+  ASSERT_TRUE(configured()) << sdalloc_torch_last_error();
   const cudaStream_t other = reinterpret_cast<cudaStream_t>(0x51);
   void* before = kAllocFn(kMiB, 0, other);  // made before the capture, freed during it
   ASSERT_NE(before, nullptr);

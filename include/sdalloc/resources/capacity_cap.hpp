@@ -1,8 +1,8 @@
 // sdalloc/resources/capacity_cap.hpp - a running total of bytes handed out, kept under a limit.
 //
-// The one compare-exchange loop behind LimitResource (a fixed cap) and the PyTorch shim's
-// AdjustableLimitResource (a cap that may change while in use); public because
-// LimitResource holds one, and usable by any adaptor that caps bytes. try_reserve() takes bytes
+// The one compare-exchange loop behind LimitResource (whose cap may change while in use:
+// the PyTorch shim's memory fraction); public because LimitResource holds one, and usable
+// by any adaptor that caps bytes. try_reserve() takes bytes
 // only if the total stays within the limit; concurrent callers can never pass the limit
 // together, because the check and the update are one compare-exchange. release() gives
 // bytes back. Lowering the limit below what is in use takes nothing back: later requests

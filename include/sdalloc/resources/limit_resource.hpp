@@ -7,6 +7,12 @@
 //     HostResource host;
 //     LimitResource card(host, 8ull << 30);
 //     CachingPool pool(card);
+// The cap may change while the resource is in use (set_capacity: PyTorch's
+// set_per_process_memory_fraction does so after the pool exists); lowering it below what is
+// in use takes nothing back, later requests fail until enough is returned. kNoLimit means no
+// cap: the adaptor then only counts, and reports the upstream's capacity and name.
+// coalesce, split and grow are forwarded, the cap counting their net change, so a pool over
+// a LimitResource moves pages and grows its arena as it does over the upstream alone.
 // Thread-safe: the running total is a CapacityCap (capacity_cap.hpp), checked and updated
 // with one compare-exchange.
 // The upstream must outlive the adaptor.
@@ -23,16 +29,29 @@ namespace sdalloc {
 
 class LimitResource final : public MemoryResource {
  public:
+  static constexpr std::size_t kNoLimit = CapacityCap::kNoLimit;
+
   LimitResource(MemoryResource& upstream, std::size_t capacity);
 
-  std::size_t capacity() const override { return cap_.limit(); }
+  // The cap, or the upstream's capacity where there is none (kNoLimit).
+  std::size_t capacity() const override {
+    const std::size_t limit = cap_.limit();
+    return limit == kNoLimit ? upstream_.capacity() : limit;
+  }
+  void set_capacity(std::size_t capacity) { cap_.set_limit(capacity); }
   std::string name() const override;
   bool can_coalesce() const override { return upstream_.can_coalesce(); }
   bool can_grow() const override { return upstream_.can_grow(); }
   std::size_t page_size() const override { return upstream_.page_size(); }
 
   std::size_t used() const { return cap_.used(); }
-  std::size_t available() const { return capacity() - used(); }
+  // Bytes the cap still grants: 0 once a lowered cap is below what is in use, and
+  // kNoLimit where neither this adaptor nor the upstream has a cap.
+  std::size_t available() const {
+    const std::size_t total = capacity(), in_use = used();
+    if (total == 0) return kNoLimit;
+    return total > in_use ? total - in_use : 0;
+  }
   MemoryResource& upstream() const { return upstream_; }
 
  private:
@@ -45,7 +64,7 @@ class LimitResource final : public MemoryResource {
                std::span<const ResourceRange> donors, Stream stream) override;
 
   MemoryResource& upstream_;
-  CapacityCap cap_;  // its limit never changes
+  CapacityCap cap_;
 };
 
 }  // namespace sdalloc
