@@ -10,6 +10,8 @@ process cannot change its CUDA allocator after the first allocation.
         expandable   PyTorch's, with expandable_segments:True
         async        PyTorch's backend:cudaMallocAsync
         sdalloc-pool sdalloc via sdalloc.torch.install(mode="pool")
+        sdalloc-chunked the same with segments="chunked": the pool's segments are 2 MiB
+                     chunks mapped with cuMemCreate/cuMemMap, so its arena grows in place
         sdalloc-async sdalloc via sdalloc.torch.install(mode="async")
         sdalloc-vmm  sdalloc via sdalloc.torch.install(mode="vmm")
         sdalloc-planned sdalloc via sdalloc.torch.install(mode="planned"), each timed
@@ -70,6 +72,7 @@ CONFIGS = {
     "expandable": {"torch_conf": "expandable_segments:True", "sdalloc": None},
     "async": {"torch_conf": "backend:cudaMallocAsync", "sdalloc": None},
     "sdalloc-pool": {"torch_conf": None, "sdalloc": {"mode": "pool"}},
+    "sdalloc-chunked": {"torch_conf": None, "sdalloc": {"mode": "pool", "segments": "chunked"}},
     "sdalloc-async": {"torch_conf": None, "sdalloc": {"mode": "async"}},
     "sdalloc-vmm": {"torch_conf": None, "sdalloc": {"mode": "vmm"}},
     "sdalloc-planned": {"torch_conf": None, "sdalloc": {"mode": "planned"}, "steps": True},

@@ -20,6 +20,10 @@
  * has the table generated from the code, src/torch_shim/shim_config.cpp):
  *   backend                cuda (device memory; default) | host (host memory, for tests and
  *                          CPU-only machines; every device index, -1 included, gets a host pool)
+ *   segments               whole (default) | chunked: mode pool and planned take 2 MiB chunks
+ *                          mapped into reserved address space (cuMemCreate/cuMemMap; host:
+ *                          memfd) instead of one cudaMalloc per segment, so the consolidated
+ *                          arena grows in place and released segments' chunks feed the next
  *   mode                   pool  - CachingPool over cudaMalloc segments (default)
  *                          async - CachingPool over a private cudaMallocAsync pool
  *                          vmm   - VirtualMemoryPool: pages of physical memory mapped into

@@ -22,7 +22,9 @@ segments come from sdalloc, used with `with torch.cuda.use_mem_pool(pool):`; PyT
 its own caching and statistics on top.
 
 Configuration keywords (both functions) are SDALLOC_CONF's keys (include/sdalloc/torch_shim.h):
-backend ("cuda" | "host"), mode ("pool" | "async" | "vmm" | "planned"), capacity,
+backend ("cuda" | "host"), segments ("whole" | "chunked": mode pool and planned take 2 MiB
+chunks mapped into reserved address space, so their arena grows in place),
+mode ("pool" | "async" | "vmm" | "planned"), capacity,
 memory_fraction, granularity, min_segment, huge_threshold, small_pool, small_granularity,
 initial_reservation (ints are bytes; strings like "2MiB" also work), release_before_growth,
 consolidate, spare_pages, grow_arena (bools),
@@ -57,10 +59,10 @@ from ._native import SdallocError
 # SDALLOC_CONF's keys in the shim's order (its option table, src/torch_shim/shim_config.cpp),
 # so a typo fails before the shim is loaded; tests/python/test_sdalloc_torch_shim.py checks
 # that they are the table's keys.
-_CONFIG_KEYS = ("backend", "mode", "capacity", "memory_fraction", "replan_after", "max_plans",
-                "plan_nodes", "granularity", "min_segment", "huge_threshold", "small_pool",
-                "small_granularity", "initial_reservation", "release_before_growth", "consolidate",
-                "spare_pages", "grow_arena")
+_CONFIG_KEYS = ("backend", "segments", "mode", "capacity", "memory_fraction", "replan_after",
+                "max_plans", "plan_nodes", "granularity", "min_segment", "huge_threshold",
+                "small_pool", "small_granularity", "initial_reservation", "release_before_growth",
+                "consolidate", "spare_pages", "grow_arena")
 
 _installed = {"allocator": None, "conf": None}
 

@@ -13,6 +13,7 @@
 #include "sdalloc/policies/virtual_memory_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/host_virtual_memory.hpp"
+#include "sdalloc/resources/virtual_memory_resource.hpp"
 
 #if SDALLOC_TORCH_WITH_CUDA
 #include "sdalloc/cuda/cuda_async_resource.hpp"
@@ -92,6 +93,19 @@ std::unique_ptr<sdalloc_pool> finish(const ShimConfig& config, Stack stack,
   return std::make_unique<sdalloc_pool>(std::move(stack), std::move(events), config.pool);
 }
 
+// segments:chunked: the stack starts with ranges of chunks over `memory`, which the pool
+// handle then owns (destroyed after the stack).
+std::unique_ptr<sdalloc_pool> finish_chunked(const ShimConfig& config,
+                                             std::unique_ptr<VirtualMemory> memory,
+                                             std::unique_ptr<StreamEvents> events,
+                                             std::size_t total) {
+  Stack stack;
+  stack.push_back(std::make_unique<VirtualMemoryResource>(*memory));
+  std::unique_ptr<sdalloc_pool> pool = finish(config, std::move(stack), std::move(events), total);
+  pool->virtual_memory = std::move(memory);
+  return pool;
+}
+
 #if SDALLOC_TORCH_WITH_CUDA
 std::unique_ptr<sdalloc_pool> make_cuda_pool(const ShimConfig& config, int device) {
   if (!cuda::available()) {
@@ -102,6 +116,15 @@ std::unique_ptr<sdalloc_pool> make_cuda_pool(const ShimConfig& config, int devic
   switch (config.mode) {
     case Mode::kPool:
     case Mode::kPlanned:
+      if (config.segments == Segments::kChunked) {
+        // Unmap waits for the segment's own stream, as in mode:vmm below.
+        cuda::CudaVirtualMemoryOptions options;
+        options.unmap_wait = cuda::UnmapWait::kStream;
+        auto memory = std::make_unique<cuda::CudaVirtualMemory>(device, options);
+        const std::size_t total = memory->physical_capacity();
+        return finish_chunked(config, std::move(memory),
+                              std::make_unique<cuda::CudaStreamEvents>(device), total);
+      }
       stack.push_back(std::make_unique<cuda::CudaResource>(device));
       break;
     case Mode::kAsync:
@@ -130,6 +153,10 @@ std::unique_ptr<sdalloc_pool> make_device_pool(const ShimConfig& config, int dev
   if (config.backend == Backend::kHost) {
     if (config.mode == Mode::kVmm) {
       return make_vm_pool(config, std::make_unique<HostVirtualMemory>(), nullptr);
+    }
+    if (config.segments == Segments::kChunked) {
+      return finish_chunked(config, std::make_unique<HostVirtualMemory>(), nullptr,
+                            config.capacity);
     }
     Stack stack;
     stack.push_back(std::make_unique<HostResource>());

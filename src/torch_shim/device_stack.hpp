@@ -3,6 +3,8 @@
 // make_device_pool() builds, for one device index and the shim's configuration:
 //     mode:pool, async   CachingPool <- LimitResource (capacity, memory_fraction)
 //                                    <- HostResource | CudaResource | CudaAsyncResource
+//                                       (segments:chunked: VirtualMemoryResource over
+//                                       HostVirtualMemory | CudaVirtualMemory)
 //     mode:vmm           VirtualMemoryPool (physical cap = capacity, memory_fraction)
 //                                    <- HostVirtualMemory | CudaVirtualMemory
 //     mode:planned       PlannedArena (fallback: CachingPool with the pool options)

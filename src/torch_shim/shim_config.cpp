@@ -28,6 +28,17 @@ std::vector<Option<ShimConfig>> shim_rows() {
                     "host memory, for tests and CPU-only machines; every device index, -1 "
                     "included, gets a host pool"}},
                   [](auto& c) -> auto& { return c.backend; }));
+  rows.insert(
+      rows.begin() + 1,
+      config::enum_option<ShimConfig>(
+          "segments", "how the pool's segments are made (mode:pool and planned).",
+          {{"whole", static_cast<int>(Segments::kWhole),
+            "one range each from the backend: cudaMalloc (host: mmap)"},
+           {"chunked", static_cast<int>(Segments::kChunked),
+            "2 MiB chunks mapped into reserved address space (CUDA's virtual memory API; host: "
+            "a memfd): the consolidated arena grows in place and a released segment's chunks "
+            "go into the next one, as the pool does over host memory"}},
+          [](auto& c) -> auto& { return c.segments; }));
   // After capacity, where the shim has always printed it.
   const auto capacity = std::find_if(rows.begin(), rows.end(),
                                      [](const auto& row) { return row.spec.key == "capacity"; });
@@ -43,6 +54,11 @@ void finish(ShimConfig& c, const config::KeySet& given) {
   config::raise_to_granularity(c, given);
   if (c.backend == Backend::kHost && c.mode == Mode::kAsync) {
     throw InvalidArgument("SDALLOC_CONF: mode:async needs backend:cuda (it is cudaMallocAsync)");
+  }
+  if (c.segments == Segments::kChunked && (c.mode == Mode::kAsync || c.mode == Mode::kVmm)) {
+    throw InvalidArgument(
+        "SDALLOC_CONF: segments:chunked is for mode:pool and planned (mode:vmm maps its own "
+        "pages; mode:async takes cudaMallocAsync's)");
   }
   if (c.backend == Backend::kHost && c.memory_fraction > 0.0 && c.capacity == 0) {
     throw InvalidArgument(

@@ -1,6 +1,7 @@
 // CudaVirtualMemory with the real driver (skipped where there is no device): reserve,
 // create, map with access, data that survives an unmap and a remap elsewhere, the wait for
-// queued work before unmap, rejected misuse, and out-of-memory for an impossible chunk.
+// queued work before unmap, rejected misuse, out-of-memory for an impossible chunk, and a
+// pool over VirtualMemoryResource growing its arena on the device.
 // The rollback and error paths that a healthy driver never takes are covered by
 // driver_virtual_memory_test.cpp against a simulated driver.
 #include <gtest/gtest.h>
@@ -16,10 +17,14 @@
 #include "cuda_device_check.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/cuda/cuda_virtual_memory.hpp"
+#include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/resources/virtual_memory_resource.hpp"
 #include "stream_gate.hpp"
 
 namespace sdalloc::cuda {
 namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 ::testing::AssertionResult reads_as(const void* ptr, std::size_t bytes, unsigned char value) {
   std::vector<unsigned char> back(bytes);
@@ -133,6 +138,36 @@ TEST_F(CudaVirtualMemoryTest, DestructorFreesWhatIsLeft) {
   std::size_t free_after = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
   EXPECT_GE(free_after, free_before + 2 * g_);
+}
+
+// The stack of the shim's segments:chunked: a CachingPool whose consolidated arena grows
+// in place over device memory, its old bytes kept and the new ones usable.
+TEST_F(CudaVirtualMemoryTest, APoolOverItsRangesGrowsItsArenaInPlace) {
+  VirtualMemoryResource ranges(*vm_);
+  CachingPoolOptions options;
+  options.small_pool_limit = 0;
+  options.huge_threshold = 64 * kMiB;
+  CachingPool pool(ranges, options);
+  void* a = pool.allocate(6 * kMiB);
+  void* b = pool.allocate(6 * kMiB);
+  pool.free(a);
+  pool.free(b);
+  pool.free(pool.allocate(10 * kMiB));
+  void* low = pool.allocate(kMiB);
+  ASSERT_EQ(pool.stats().consolidations, 1u);
+  ASSERT_EQ(cudaMemset(low, 0x3c, kMiB), cudaSuccess);
+  void* big = pool.allocate(16 * kMiB);
+  EXPECT_EQ(pool.stats().arena_growths, 1u);
+  EXPECT_EQ(pool.stats().segments, 1u);
+  ASSERT_EQ(cudaMemset(big, 0x4d, 16 * kMiB), cudaSuccess);
+  EXPECT_TRUE(reads_as(low, kMiB, 0x3c));
+  EXPECT_TRUE(reads_as(big, 16 * kMiB, 0x4d));
+  pool.free(big);
+  pool.free(low);
+  pool.check_invariants();
+  // What the pool holds, rounded up to whole chunks of the device's granularity.
+  EXPECT_GE(ranges.mapped_bytes(), pool.stats().reserved_bytes);
+  EXPECT_LT(ranges.mapped_bytes(), pool.stats().reserved_bytes + 2 * g_);
 }
 
 TEST(CudaVirtualMemoryPeers, BadPeersAreRejected) {

@@ -56,8 +56,8 @@ def test_dry_run_shows_every_stage_with_a_budget_within_the_deadline(tmp_path):
             budgets[name] = seconds
     expected = ["preflight", "cuda-tests", "tensorrt", "contract", "mempool", "transfer",
                 "offload"] + [
-        f"run:{c}" for c in ("native", "expandable", "async", "sdalloc-pool", "sdalloc-async",
-                             "sdalloc-vmm", "sdalloc-planned")] + ["table"]
+        f"run:{c}" for c in ("native", "expandable", "async", "sdalloc-pool", "sdalloc-chunked",
+                             "sdalloc-async", "sdalloc-vmm", "sdalloc-planned")] + ["table"]
     assert list(budgets) == expected, list(budgets)
     assert all(0 < b <= 60 for b in budgets.values()), budgets   # 60 s per run at most
     assert sum(budgets.values()) <= 8 * 60

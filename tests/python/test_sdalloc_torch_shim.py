@@ -193,7 +193,7 @@ def test_environment_configuration_is_read_on_first_use(libraries):
     check(run_python(PRELUDE + """
     assert c.sdalloc_torch_malloc(100, 0, None)
     text = c.sdalloc_torch_config().decode()
-    assert text.startswith("backend:host,mode:pool,capacity:32MiB"), text
+    assert text.startswith("backend:host,segments:whole,mode:pool,capacity:32MiB"), text
     assert "min_segment:4MiB" in text and "release_before_growth:false" in text
     print("ok")
     """, env={"SDALLOC_CONF": "backend:host, capacity:32MiB ,min_segment:4MiB,"
@@ -313,6 +313,45 @@ def test_vmm_mode_serves_from_virtual_memory_and_says_what_it_lacks(libraries):
     """))
 
 
+def test_chunked_segments_grow_the_arena_in_place(libraries):
+    # segments:chunked builds the stack a CUDA pool gets over cuMemCreate/cuMemMap, over
+    # the host's memfd here: two segments freed, a larger request releases them, all freed;
+    # the next allocation consolidates, and 20 MiB then grow the arena instead of taking a
+    # segment beside it.
+    check(run_python(PRELUDE + """
+    st.configure(backend="host", segments="chunked", capacity="64MiB")
+    assert "segments:chunked" in st.config_text()
+    take = lambda mib: c.sdalloc_torch_malloc(mib * MiB, 0, None)
+    give = lambda p, mib: c.sdalloc_torch_free(p, mib * MiB, 0, None)
+    a, b = take(4), take(4)
+    give(a, 4); give(b, 4)
+    d, e = take(12), take(2)
+    give(d, 12); give(e, 2)
+    small = take(1)
+    s = sdalloc.stats(device=0)
+    assert s["consolidations"] == 1 and s["segments"] == 1, s
+    large = take(20)
+    assert large
+    ctypes.memset(large, 0x5a, 20 * MiB)
+    s = sdalloc.stats(device=0)
+    assert s["segments"] == 1, s                       # grown, no segment beside it
+    assert s["reserved_bytes"] <= 22 * MiB, s["reserved_bytes"]
+    with open("/proc/self/maps") as maps:                # the memory is the memfd's chunks
+        assert "memfd:sdalloc-vm" in maps.read()
+    st.set_memory_fraction(0.5, 0)                     # the cap sits over the chunks too
+    assert c.sdalloc_torch_malloc(16 * MiB, 0, None) is None
+    give(large, 20); give(small, 1)
+    st.empty_cache()
+    assert sdalloc.stats(device=0)["reserved_bytes"] == 0
+    print("ok")
+    """))
+    result = run_python(PRELUDE + """
+    st.configure(backend="host", segments="chunked", mode="vmm")
+    """)
+    assert result.returncode != 0 and "segments:chunked is for mode:pool and planned" in (
+        result.stderr), result.stderr
+
+
 def test_install_hands_pytorch_the_shim_and_its_two_functions(torch):  # pylint: disable=unused-argument
     # PyTorch's side replaced by recorders (this torch may lack CUDAPluggableAllocator): what
     # install() passes and how it reacts to a refusal is checked; the swap itself needs a GPU.
@@ -351,7 +390,7 @@ def test_install_hands_pytorch_the_shim_and_its_two_functions(torch):  # pylint:
     assert calls[-1] == ("swap", "FakePluggable")
     assert calls[1][1] == _native.shim().path
     assert calls[1][2:] == ("sdalloc_torch_malloc_raising", "sdalloc_torch_free")
-    assert st.config_text().startswith("backend:host,mode:pool")
+    assert st.config_text().startswith("backend:host,segments:whole,mode:pool")
     """))
     assert "refused -> sdalloc.torch.install() was called too late: PyTorch refused" in \
         result.stdout

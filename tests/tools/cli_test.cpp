@@ -133,7 +133,8 @@ TEST(Cli, PoolConfSetsThePoolsOptionsAndRejectsWhatItDoesNotKnow) {
 
 // --device-like: memory that, as cudaMalloc's, cannot be split, coalesced or grown. On the
 // ResNet trace the pool then releases whole segments (no split ranges) and still
-// consolidates, by a release and a new segment; on host memory it splits.
+// consolidates, by a release and a new segment; on host memory, and over chunked ranges
+// (--device-vm), it splits.
 TEST(Cli, DeviceLikeMemoryIsNeverSplitOrGrown) {
   TempDir dir;
   auto counters = [&](const std::string& flags) {
@@ -150,6 +151,15 @@ TEST(Cli, DeviceLikeMemoryIsNeverSplitOrGrown) {
   EXPECT_FALSE(Contains(device, "split")) << device;
   EXPECT_FALSE(Contains(device, "arena grown")) << device;
   EXPECT_TRUE(Contains(device, "consolidated")) << device;
+  // --device-vm: chunks mapped into ranges (VirtualMemoryResource), which split like host
+  // memory; the two flags cannot be given together.
+  const std::string chunked = counters("--device-vm");
+  EXPECT_TRUE(Contains(chunked, "split")) << chunked;
+  EXPECT_TRUE(Contains(chunked, "consolidated")) << chunked;
+  const CliRun both =
+      run_cli(dir, "replay -q -a pool --device-like --device-vm '" + resnet_trace() + "'");
+  EXPECT_EQ(both.status, 2);
+  EXPECT_TRUE(Contains(both.err, "excludes")) << both.err;
 }
 
 // --help lists the keys --pool-conf takes, from the table that parses them.

@@ -26,7 +26,7 @@ std::string parse_error(std::string_view text) {
 }
 
 constexpr const char* kDefaults =
-    "backend:cuda,mode:pool,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,"
+    "backend:cuda,segments:whole,mode:pool,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,"
     "min_segment:2MiB,huge_threshold:8MiB,small_pool:64MiB,small_granularity:128KiB,"
     "initial_reservation:0B,release_before_growth:true,consolidate:true,spare_pages:true,"
     "grow_arena:true";
@@ -52,8 +52,8 @@ TEST(ShimConfig, EverySettingSurvivesFormatThenParse) {
       "consolidate:false");
   const std::string text = format_shim_config(c);
   EXPECT_EQ(text,
-            "backend:host,mode:planned,capacity:1GiB,memory_fraction:0.25,replan_after:5,"
-            "max_plans:2,granularity:4MiB,min_segment:4MiB,huge_threshold:8MiB,"
+            "backend:host,segments:whole,mode:planned,capacity:1GiB,memory_fraction:0.25,"
+            "replan_after:5,max_plans:2,granularity:4MiB,min_segment:4MiB,huge_threshold:8MiB,"
             "small_pool:64MiB,small_granularity:128KiB,initial_reservation:8MiB,"
             "release_before_growth:false,consolidate:false,spare_pages:true,grow_arena:true");
   const ShimConfig back = parse_shim_config(text);
@@ -85,7 +85,8 @@ TEST(ShimConfig, KeepsItsMessages) {
             "SDALLOC_CONF: expected true or false, got 'maybe', in 'consolidate:maybe'");
   EXPECT_EQ(
       parse_error("capcity:1"),
-      "SDALLOC_CONF: unknown key 'capcity' (known: backend, mode, capacity, memory_fraction, "
+      "SDALLOC_CONF: unknown key 'capcity' (known: backend, segments, mode, capacity, "
+      "memory_fraction, "
       "replan_after, max_plans, plan_nodes, granularity, min_segment, huge_threshold, "
       "small_pool, small_granularity, initial_reservation, release_before_growth, consolidate, "
       "spare_pages, grow_arena), in "
@@ -103,6 +104,13 @@ TEST(ShimConfig, ChecksWhatSpansKeys) {
                        "memory_fraction with backend:host needs capacity"));
   EXPECT_EQ(parse_shim_config("backend:host,memory_fraction:0.5,capacity:1GiB").memory_fraction,
             0.5);
+  for (const char* mode : {"async", "vmm"}) {
+    EXPECT_TRUE(Contains(parse_error(std::string("segments:chunked,mode:") + mode),
+                         "segments:chunked is for mode:pool and planned"))
+        << mode;
+  }
+  EXPECT_EQ(parse_shim_config("backend:host,segments:chunked,mode:planned").segments,
+            Segments::kChunked);
   // The cross-key checks come before the pool's own, as they always have.
   EXPECT_TRUE(Contains(parse_error("backend:host,mode:async,granularity:1000"),
                        "mode:async needs backend:cuda"));

@@ -103,6 +103,12 @@ void ReplayCommand::add_to(CLI::App& app) {
   replay->add_flag("--device-like", options.replay.target.device_like,
                    "pool, planned: their memory can be neither coalesced nor grown in place, "
                    "as cudaMalloc's cannot (the pool as it runs on a GPU)");
+  replay
+      ->add_flag("--device-vm", options.replay.target.device_vm,
+                 "pool, planned: their memory is ranges of chunks mapped into reserved "
+                 "address space (VirtualMemoryResource over the memfd), as a pool over "
+                 "CUDA's virtual memory API has it: they grow and coalesce in 2 MiB chunks")
+      ->excludes("--device-like");
   replay->add_flag("--vmm-no-moves", options.replay.target.vmm_no_moves,
                    "vmm: unmap and map each page it moves instead of moving runs of them "
                    "(mremap), as before 2026-12-03");

@@ -14,19 +14,22 @@
 #include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/resources/segments_only_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
+#include "sdalloc/resources/virtual_memory_resource.hpp"
 
 namespace sdalloc::replay {
 namespace {
 
 // Host memory, capped when settings.capacity is set, seen as a device's (whole segments
-// only: SegmentsOnlyResource) with settings.device_like, counted by a StatsResource: the
-// memory under every in-process target.
+// only: SegmentsOnlyResource) with settings.device_like, or as a device's virtual memory
+// (chunks mapped into ranges: VirtualMemoryResource over the memfd) with settings.device_vm,
+// counted by a StatsResource: the memory under every in-process target.
 class MeasuredHostMemory {
  public:
   explicit MeasuredHostMemory(const TargetSettings& settings)
       : host_(HostResourceOptions{.transparent_huge_pages = settings.huge_pages}) {
     MemoryResource* under = &host_;
-    if (settings.capacity != 0) under = &limit_.emplace(host_, settings.capacity);
+    if (settings.device_vm) under = &vm_ranges_.emplace(vm_.emplace());
+    if (settings.capacity != 0) under = &limit_.emplace(*under, settings.capacity);
     if (settings.device_like) under = &segments_only_.emplace(*under);
     stats_ = std::make_unique<StatsResource>(*under);
   }
@@ -36,6 +39,8 @@ class MeasuredHostMemory {
 
  private:
   HostResource host_;
+  std::optional<HostVirtualMemory> vm_;
+  std::optional<VirtualMemoryResource> vm_ranges_;
   std::optional<LimitResource> limit_;
   std::optional<SegmentsOnlyResource> segments_only_;
   std::unique_ptr<StatsResource> stats_;

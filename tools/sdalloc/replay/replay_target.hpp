@@ -30,6 +30,9 @@ struct TargetSettings {
                                        // moves (HostVirtualMemory without move_mappings)
   bool device_like = false;            // pool, planned: memory that cannot be coalesced,
                                        // grown or split, as cudaMalloc's (--device-like)
+  bool device_vm = false;              // pool, planned: ranges of chunks mapped into
+                                       // reservations, as over CUDA's virtual memory
+                                       // (VirtualMemoryResource; --device-vm)
   CachingPoolOptions pool;             // pool and planned's fallback (--pool-conf); the two
                                        // flags above override its growth settings
 };
