@@ -20,6 +20,7 @@
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/virtual_memory_resource.hpp"
 #include "stream_gate.hpp"
+#include "support/arena_after_churn.hpp"
 
 namespace sdalloc::cuda {
 namespace {
@@ -144,16 +145,8 @@ TEST_F(CudaVirtualMemoryTest, DestructorFreesWhatIsLeft) {
 // in place over device memory, its old bytes kept and the new ones usable.
 TEST_F(CudaVirtualMemoryTest, APoolOverItsRangesGrowsItsArenaInPlace) {
   VirtualMemoryResource ranges(*vm_);
-  CachingPoolOptions options;
-  options.small_pool_limit = 0;
-  options.huge_threshold = 64 * kMiB;
-  CachingPool pool(ranges, options);
-  void* a = pool.allocate(6 * kMiB);
-  void* b = pool.allocate(6 * kMiB);
-  pool.free(a);
-  pool.free(b);
-  pool.free(pool.allocate(10 * kMiB));
-  void* low = pool.allocate(kMiB);
+  CachingPool pool(ranges, sdalloc::test::arena_test_options());
+  void* low = sdalloc::test::churn_into_arena(pool);
   ASSERT_EQ(pool.stats().consolidations, 1u);
   ASSERT_EQ(cudaMemset(low, 0x3c, kMiB), cudaSuccess);
   void* big = pool.allocate(16 * kMiB);

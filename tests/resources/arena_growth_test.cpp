@@ -13,6 +13,7 @@
 #include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/resources/segments_only_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
+#include "support/arena_after_churn.hpp"
 #include "support/mapped_pages.hpp"
 
 namespace sdalloc {
@@ -123,27 +124,13 @@ TEST(GrowTest, AdaptorsForwardAndCountTheNetChange) {
 // ---------------------------------------------------------------------------------------
 // the pool
 
-CachingPoolOptions plain_options() {
-  CachingPoolOptions options;
-  options.small_pool_limit = 0;  // 2 MiB segments from the start
-  options.huge_threshold = 64 * kMiB;
-  return options;
-}
+CachingPoolOptions plain_options() { return test::arena_test_options(); }
 
-// Two 6 MiB segments, freed, then 10 MiB: released to grow (churned), and after that
-// request is freed the next allocation consolidates: one arena of the 12 MiB peak (an
-// arena that can grow holds no headroom; one that cannot, 1/16 more: 14 MiB in 2 MiB
-// steps). A 1 MiB block stays live at the arena's start.
+// The pool after support/arena_after_churn.hpp's sequence: a 12 MiB arena (14 MiB where it
+// cannot grow) with `low`, 1 MiB, live at its start.
 struct WithArena {
   explicit WithArena(MemoryResource& upstream, CachingPoolOptions options = plain_options())
-      : pool(upstream, options) {
-    void* a = pool.allocate(6 * kMiB);
-    void* b = pool.allocate(6 * kMiB);
-    pool.free(a);
-    pool.free(b);
-    pool.free(pool.allocate(10 * kMiB));
-    low = pool.allocate(kMiB);
-  }
+      : pool(upstream, options), low(test::churn_into_arena(pool)) {}
   CachingPool pool;
   void* low = nullptr;
 };

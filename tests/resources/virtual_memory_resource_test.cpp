@@ -18,6 +18,7 @@
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/host_virtual_memory.hpp"
 #include "sdalloc/resources/segments_only_resource.hpp"
+#include "support/arena_after_churn.hpp"
 #include "support/mapped_pages.hpp"
 
 namespace sdalloc {
@@ -220,22 +221,13 @@ TEST(VirtualMemoryResource, ConcurrentThreadsEachGetTheirOwnMemory) {
   EXPECT_EQ(memory.physical_bytes(), 0u);
 }
 
-// The arena of arena_growth_test.cpp: two 6 MiB segments freed, 10 MiB released to grow,
-// then consolidated into one arena of the 12 MiB peak with 1 MiB live at its start; a 16
-// MiB request then grows it over VirtualMemoryResource, and takes a second segment beside
-// it over whole segments only, as a pool over cudaMalloc does.
+// The arena of support/arena_after_churn.hpp (12 MiB, 1 MiB live at its start): a 16 MiB
+// request grows it over VirtualMemoryResource, and takes a second segment beside it over
+// whole segments only, as a pool over cudaMalloc does.
 TEST(VirtualMemoryResource, APoolOverItGrowsItsArenaWhereSegmentsOnlyTakeASecond) {
-  CachingPoolOptions options;
-  options.small_pool_limit = 0;
-  options.huge_threshold = 64 * kMiB;
-  const auto after_shape_change = [&](MemoryResource& upstream) {
-    CachingPool pool(upstream, options);
-    void* a = pool.allocate(6 * kMiB);
-    void* b = pool.allocate(6 * kMiB);
-    pool.free(a);
-    pool.free(b);
-    pool.free(pool.allocate(10 * kMiB));
-    void* low = pool.allocate(kMiB);
+  const auto after_shape_change = [](MemoryResource& upstream) {
+    CachingPool pool(upstream, test::arena_test_options());
+    void* low = test::churn_into_arena(pool);
     void* big = pool.allocate(16 * kMiB);
     std::memset(big, 0x7f, 16 * kMiB);
     const PoolStats stats = pool.stats();
