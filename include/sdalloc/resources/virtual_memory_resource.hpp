@@ -7,8 +7,8 @@
 // beside it: 1.554 x live on seq_ascending, 1.330 x on the SD pipeline, against 1.051 and
 // 1.251 over host memory, where ranges grow. VirtualMemoryResource hands out ranges made of
 // physical chunks mapped at the front of a reservation twice their size, so that
-//  - grow() maps more memory behind a range (the donors' chunks first, then a fresh one),
-//    while its room lasts;
+//  - grow() maps more memory behind a range (the donors' chunks first, then fresh ones),
+//    while its room lasts (beyond it grow answers false and the pool takes a new range);
 //  - coalesce() maps the returned ranges' chunks into the new range instead of freeing
 //    them and creating new ones: on a GPU, no cudaFree/cudaMalloc pair and no device
 //    synchronisation beyond the returned ranges' streams.
@@ -31,7 +31,8 @@
 //
 // Errors: a range this resource did not hand out (deallocate, coalesce, grow) is
 // InvalidPointer, before anything changes. OutOfMemory from the VirtualMemory (address space,
-// physical memory) leaves nothing behind: allocate and coalesce reserve and map nothing, a
+// physical memory; at once for more than the memory can ever hold, physical_ceiling())
+// leaves nothing behind: allocate and coalesce reserve and map nothing, a
 // failed grow leaves the range its size (the donors returned all the same, as
 // MemoryResource::grow says). Thread-safe: one mutex guards the table of ranges; the
 // VirtualMemory's calls are made outside it. The VirtualMemory must outlive the resource;
