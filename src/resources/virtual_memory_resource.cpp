@@ -72,10 +72,22 @@ void* VirtualMemoryResource::do_allocate(std::size_t bytes, Stream stream) {
 void VirtualMemoryResource::do_deallocate(void* ptr, std::size_t bytes, Stream stream) {
   if (ptr == nullptr) return;
   const ResourceRange returned{ptr, bytes};
-  std::vector<Range> taken = take({&returned, 1}, "deallocate");
+  destroy_all(return_ranges({&returned, 1}, stream, "deallocate"));
+}
+
+std::vector<PhysicalChunk> VirtualMemoryResource::return_ranges(
+    std::span<const ResourceRange> ranges, Stream stream, const char* call) {
+  std::vector<Range> taken = take(ranges, call);
   std::vector<PhysicalChunk> chunks;
-  unmap_into(ptr, taken.front(), stream, chunks);
-  destroy_all(chunks);
+  try {
+    for (std::size_t i = 0; i < taken.size(); ++i) {
+      unmap_into(ranges[i].ptr, taken[i], stream, chunks);
+    }
+  } catch (...) {
+    destroy_all(chunks);  // the ranges are returned whatever happens (resource.hpp)
+    throw;
+  }
+  return chunks;
 }
 
 std::vector<VirtualMemoryResource::Range> VirtualMemoryResource::take(
@@ -182,16 +194,7 @@ std::vector<PhysicalChunk> VirtualMemoryResource::fill(char* base, std::size_t f
 
 void* VirtualMemoryResource::do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
                                          Stream stream) {
-  std::vector<Range> taken = take(ranges, "coalesce");
-  std::vector<PhysicalChunk> spare;
-  try {
-    for (std::size_t i = 0; i < taken.size(); ++i) {
-      unmap_into(ranges[i].ptr, taken[i], stream, spare);
-    }
-  } catch (...) {
-    destroy_all(spare);  // the ranges are returned whatever happens (resource.hpp)
-    throw;
-  }
+  std::vector<PhysicalChunk> spare = return_ranges(ranges, stream, "coalesce");
   if (bytes == 0) {
     destroy_all(spare);
     return nullptr;
@@ -245,13 +248,9 @@ bool VirtualMemoryResource::do_grow(void* ptr, std::size_t /*bytes*/, std::size_
     room = it->second.limit - key(ptr);
   }
   if (new_bytes > room) return false;  // no room left: nothing changes
-  std::vector<Range> taken = take(donors, "grow");
-  std::vector<PhysicalChunk> spare;
+  std::vector<PhysicalChunk> spare = return_ranges(donors, stream, "grow");
   std::size_t size = 0;
   try {  // the donors are returned whatever happens (resource.hpp)
-    for (std::size_t i = 0; i < taken.size(); ++i) {
-      unmap_into(donors[i].ptr, taken[i], stream, spare);
-    }
     size = rounded(new_bytes, "grow");
   } catch (...) {
     destroy_all(spare);

@@ -92,6 +92,11 @@ class VirtualMemoryResource final : public MemoryResource {
   std::size_t rounded(std::size_t bytes, const char* call) const;
   // Takes the ranges out of the table (all or none: InvalidPointer for one not there).
   std::vector<Range> take(std::span<const ResourceRange> ranges, const char* call);
+  // Takes `ranges` out of the table and unmaps them: their chunks, answered, are the
+  // caller's. Should an unmap fail, the chunks unmapped so far are destroyed: the ranges are
+  // returned whatever happens (resource.hpp).
+  std::vector<PhysicalChunk> return_ranges(std::span<const ResourceRange> ranges, Stream stream,
+                                           const char* call);
   // Unmaps a taken range's chunks (they become `spare`) and releases its reservation when
   // no other range lies in it.
   void unmap_into(void* base, Range& range, Stream stream, std::vector<PhysicalChunk>& spare);
