@@ -55,7 +55,8 @@ class Pool:
     Pool(**options) creates a host pool (libsdalloc.so); options are the fields of
     sdalloc_pool_config_t: capacity, initial_reservation, segment_granularity,
     min_segment_size, huge_threshold, small_pool_limit, small_granularity,
-    release_cached_before_growth, consolidate_when_empty, keep_spare_pages, grow_arena, planned,
+    release_cached_before_growth, consolidate_when_empty, keep_spare_pages, grow_arena,
+    cut_free_ends, planned,
     replan_after_divergent_steps, max_plans, hugepages (bool). Pools of the
     PyTorch shim come from sdalloc.torch.pool(device).
 

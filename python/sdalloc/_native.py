@@ -53,7 +53,8 @@ class PoolConfig(Structure):
                 ("replan_after_divergent_steps", c_size_t), ("planned", c_bool),
                 ("max_plans", c_size_t), ("planner_max_search_nodes", c_size_t),
                 ("small_pool_limit", c_size_t), ("small_granularity", c_size_t),
-                ("keep_spare_pages", c_bool), ("grow_arena", c_bool)]
+                ("keep_spare_pages", c_bool), ("grow_arena", c_bool),
+                ("cut_free_ends", c_bool)]
 
 
 class Stats(Structure):

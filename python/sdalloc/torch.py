@@ -27,7 +27,7 @@ chunks mapped into reserved address space, so their arena grows in place),
 mode ("pool" | "async" | "vmm" | "planned"), capacity,
 memory_fraction, granularity, min_segment, huge_threshold, small_pool, small_granularity,
 initial_reservation (ints are bytes; strings like "2MiB" also work), release_before_growth,
-consolidate, spare_pages, grow_arena (bools),
+consolidate, spare_pages, grow_arena, cut_free_ends (bools),
 replan_after (mode "planned": divergent steps in a row before the step is recorded again),
 max_plans (mode "planned": plans kept at once, one per kind of step),
 plan_nodes (mode "planned": search nodes per plan, for the same plan on every machine).
@@ -62,7 +62,7 @@ from ._native import SdallocError
 _CONFIG_KEYS = ("backend", "segments", "mode", "capacity", "memory_fraction", "replan_after",
                 "max_plans", "plan_nodes", "granularity", "min_segment", "huge_threshold",
                 "small_pool", "small_granularity", "initial_reservation", "release_before_growth",
-                "consolidate", "spare_pages", "grow_arena")
+                "consolidate", "spare_pages", "grow_arena", "cut_free_ends")
 
 _installed = {"allocator": None, "conf": None}
 

@@ -84,6 +84,7 @@ std::unique_ptr<sdalloc_pool> make_host_pool(const sdalloc_pool_config_t& config
   options.consolidate_when_empty = config.consolidate_when_empty;
   options.keep_spare_pages = config.keep_spare_pages;
   options.grow_arena = config.grow_arena;
+  options.cut_free_ends = config.cut_free_ends;
   if (config.planned) {
     sdalloc::PlannedArenaOptions planned;
     planned.replan_after_divergent_steps = config.replan_after_divergent_steps;
@@ -200,6 +201,7 @@ void sdalloc_pool_config_init_sized(sdalloc_pool_config_t* out, std::size_t stru
   full.small_granularity = defaults.small_granularity;
   full.keep_spare_pages = defaults.keep_spare_pages;
   full.grow_arena = defaults.grow_arena;
+  full.cut_free_ends = defaults.cut_free_ends;
   copy_defaults(full, out, struct_size);
 }
 

@@ -313,6 +313,38 @@ Block* PoolShard::extend_segment(Segment* segment, std::size_t extra, Block* rec
   return last;
 }
 
+std::size_t PoolShard::free_end(const Segment* segment, std::size_t page, bool front) {
+  drain_quick_lists();
+  const Block* block = front ? segment->first : last_block(segment);
+  if (!block->indexed || block->is_whole_segment()) return 0;
+  const std::uintptr_t base = segment->base;
+  if (front) return (block->end() - base) / page * page;
+  const std::uintptr_t cut = base + (block->addr - base + page - 1) / page * page;
+  const std::uintptr_t end = base + segment->size;
+  return cut < end && (end - base) % page == 0 ? end - cut : 0;
+}
+
+void PoolShard::trim_segment(Segment* segment, std::size_t bytes, bool front) {
+  Block* block = front ? segment->first : last_block(segment);
+  index_of(block).erase(block);
+  if (block->size == bytes) {  // the whole block goes
+    if (front) {
+      segment->first = block->next;
+      block->next->prev = nullptr;
+    } else {
+      block->prev->next = nullptr;
+    }
+    records.give_back(block);
+  } else {
+    block->size -= bytes;
+    if (front) block->addr += bytes;
+    index_of(block).insert(block);
+  }
+  if (front) segment->base += bytes;
+  segment->size -= bytes;
+  figures.reserved_bytes -= bytes;
+}
+
 // ---------------------------------------------------------------------------------------
 // figures and checks
 

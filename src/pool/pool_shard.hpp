@@ -149,6 +149,14 @@ class alignas(64) PoolShard {
   // block at the end (a new block, `record`, where the last one is not free; else `record`
   // goes back to the recycler), which is answered. Cannot fail.
   Block* extend_segment(Segment* segment, std::size_t extra, Block* record);
+  // Bytes of whole `page`s (counted from the segment's base) that the free block at the
+  // segment's front (`front`) or end covers, or 0 (that block live, pending, or under a
+  // page); quick lists merged first. A segment that is one free block answers 0: it goes
+  // back whole.
+  std::size_t free_end(const Segment* segment, std::size_t page, bool front);
+  // Takes `bytes`, a free_end() answer, off that end of the segment: its free block there
+  // shrinks or goes, and the segment starts or ends at the cut. Cannot fail.
+  void trim_segment(Segment* segment, std::size_t bytes, bool front);
 
   // --- figures ----------------------------------------------------------------------
   std::size_t free_bytes() const { return normal.bytes() + huge.bytes() + quick.bytes(); }

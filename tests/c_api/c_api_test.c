@@ -171,19 +171,21 @@ static void small_pool_limit_zero_takes_min_segment_size_segments(void) {
 /* Two 6 MiB blocks freed, then 10 MiB: the two segments are released to grow; with spare
  * pages the 2 MiB the new segment does not need stay held, and once the 10 MiB are freed the
  * next allocation consolidates them into a 12 MiB arena, which a 16 MiB request then grows
- * in place (one segment of 17 MiB). Without either, the 10 MiB segment is the only one (no
- * consolidation) and the 16 MiB request takes a segment beside it (26 MiB). */
+ * in place (one segment of 17 MiB). Without either (nor free ends), the 10 MiB segment is the only
+ * one (no consolidation) and the 16 MiB request takes a segment beside it (26 MiB). */
 static void spare_pages_and_arena_growth_follow_the_config(void) {
   g_test = "spare_pages_and_arena_growth_follow_the_config";
   sdalloc_pool_config_t config;
   sdalloc_pool_config_init(&config);
   CHECK(config.keep_spare_pages);
   CHECK(config.grow_arena);
+  CHECK(config.cut_free_ends);
   config.small_pool_limit = 0;
   config.huge_threshold = 64 * MIB;
   for (int on = 1; on >= 0; --on) {
     config.keep_spare_pages = on != 0;
     config.grow_arena = on != 0;
+    config.cut_free_ends = on != 0; /* off, the 16 MiB would take the 10 MiB's free end */
     sdalloc_pool_t* pool = NULL;
     CHECK_OK(sdalloc_pool_create(&config, &pool));
     void* a = NULL;

@@ -79,7 +79,7 @@ TEST(OptionTable, FormatWritesEveryKeyInTableOrderAndLeavesOutUnsetValues) {
             "mode:pool,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,min_segment:2MiB,"
             "huge_threshold:8MiB,small_pool:64MiB,small_granularity:128KiB,"
             "initial_reservation:0B,release_before_growth:true,consolidate:true,spare_pages:true,"
-            "grow_arena:true,threshold:64KiB,report:false");
+            "grow_arena:true,cut_free_ends:true,threshold:64KiB,report:false");
 }
 
 TEST(OptionTable, EverySettingSurvivesFormatThenParse) {
@@ -141,7 +141,7 @@ TEST(OptionTable, RejectsAnUnknownKeyListingEveryKnownOne) {
             "TEST_CONF: unknown key 'capcity' (known: mode, capacity, replan_after, max_plans, "
             "plan_nodes, granularity, min_segment, huge_threshold, small_pool, small_granularity, "
             "initial_reservation, release_before_growth, consolidate, spare_pages, grow_arena, "
-            "threshold, report, record), in 'capcity:1'");
+            "cut_free_ends, threshold, report, record), in 'capcity:1'");
 }
 
 TEST(OptionTable, ThePairsAreCheckedInOrder) {

@@ -111,7 +111,10 @@ TEST(TraceReplay, TheOldHugeThresholdHoldsMoreOnTheSlicedTrace) {
   const EventTrace trace =
       read_event_trace(SDALLOC_DATA_DIR "/traces/sd15_unet_b2_64x64_sliced_cpu_2pass.csv");
   HostResource host;
-  CachingPool pool(host, CachingPoolOptions{.huge_threshold = std::size_t{128} << 20});
+  // Without the free ends' cut, which alone brings this trace to 1.028 x live even at the
+  // old threshold (docs/caching_pool.md, "Free ends").
+  CachingPool pool(
+      host, CachingPoolOptions{.huge_threshold = std::size_t{128} << 20, .cut_free_ends = false});
   ASSERT_TRUE(replay(trace, pool));
   EXPECT_GT(static_cast<double>(pool.stats().peak_reserved_bytes) /
                 static_cast<double>(trace.peak_live_bytes()),

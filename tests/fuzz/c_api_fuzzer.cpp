@@ -141,6 +141,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Spare pages and arena growth act where the resource moves pages (host memory).
   config.keep_spare_pages = in.ConsumeBool();
   config.grow_arena = in.ConsumeBool();
+  config.cut_free_ends = in.ConsumeBool();
   config.planned = in.ConsumeBool();
   // A node limit ends each step's planning (the default 1 s clock would let one input take
   // a second): the same run on every execution. 64 nodes, not 512: the search itself is the

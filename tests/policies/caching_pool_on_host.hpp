@@ -23,6 +23,14 @@ inline CachingPoolOptions large_pool_options() {
   return options;
 }
 
+// The same, where a test pins down what segments a pool holds while some hold live blocks
+// beside free ends, which growth would otherwise cut off (cut_free_ends: its own tests).
+inline CachingPoolOptions uncut_large_pool_options() {
+  CachingPoolOptions options = large_pool_options();
+  options.cut_free_ends = false;
+  return options;
+}
+
 class CachingPoolOnHost : public ::testing::Test {
  protected:
   HostResource host_;

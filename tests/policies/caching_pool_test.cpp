@@ -77,6 +77,7 @@ namespace {
 using test::KiB;
 using test::large_pool_options;
 using test::MiB;
+using test::uncut_large_pool_options;
 
 class CachingPoolTest : public test::CachingPoolOnHost {};
 
@@ -206,7 +207,7 @@ TEST_F(CachingPoolTest, HugeSegmentOnHostMemoryRoundsToASixteenthOfTheRequest) {
 }
 
 TEST_F(CachingPoolTest, TrimReturnsWholeFreeSegments) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, uncut_large_pool_options());
   void* a = pool.allocate(3 * MiB);
   void* b = pool.allocate(5 * MiB);
   pool.free(a);
@@ -307,7 +308,7 @@ TEST_F(CachingPoolTest, TheLastFreeOfAChurnedPoolTakesNoNewSegment) {
 }
 
 TEST_F(CachingPoolTest, TrimOfAPoolWithConsolidationDueReleasesAndTakesNothing) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, uncut_large_pool_options());
   churning_iteration(pool);
   const std::uint64_t taken = upstream_.stats().allocations;
   EXPECT_EQ(pool.trim(), 8 * MiB);
@@ -378,7 +379,7 @@ class ManualEvents final : public StreamEvents {
 
 TEST_F(CachingPoolTest, CrossStreamFreeIsReusedOnlyAfterItsEvent) {
   ManualEvents events;
-  CachingPoolOptions options = large_pool_options();
+  CachingPoolOptions options = uncut_large_pool_options();
   options.stream_events = &events;
   CachingPool pool(upstream_, options);
   void* a = pool.allocate(1 * MiB, Stream{1});

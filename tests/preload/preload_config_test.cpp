@@ -60,7 +60,7 @@ TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
             "granularity, min_segment, huge_threshold, small_pool, small_granularity, "
             "initial_reservation, "
             "release_before_growth, "
-            "consolidate, spare_pages, grow_arena), in 'backend:host'");
+            "consolidate, spare_pages, grow_arena, cut_free_ends), in 'backend:host'");
   EXPECT_EQ(parse_error("threshold:1KiB"),
             "SDALLOC_CONF: threshold must be at least 4KiB (the pool is not a small-object "
             "allocator), not 1KiB");

@@ -60,7 +60,7 @@ def test_ctypes_structs_match_the_c_header(libraries, tmp_path):  # pylint: disa
     checks = [("sdalloc_pool_config_t", _native.PoolConfig,
                ("replan_after_divergent_steps", "planned", "max_plans",
                 "planner_max_search_nodes", "small_pool_limit", "small_granularity",
-                "keep_spare_pages", "grow_arena")),
+                "keep_spare_pages", "grow_arena", "cut_free_ends")),
               ("sdalloc_step_stats_t", _native.StepStats,
                ("struct_size",) + STEP_FIELDS)]
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "sdalloc/sdalloc.h"',
@@ -81,9 +81,10 @@ def test_ctypes_structs_match_the_c_header(libraries, tmp_path):  # pylint: disa
     printed = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
     assert [int(v) for v in printed.split()] == expected
     assert [name for name, _ in _native.StepStats._fields_] == ["struct_size", *STEP_FIELDS]
-    assert [name for name, _ in _native.PoolConfig._fields_][-8:] == [
+    assert [name for name, _ in _native.PoolConfig._fields_][-9:] == [
         "replan_after_divergent_steps", "planned", "max_plans", "planner_max_search_nodes",
-        "small_pool_limit", "small_granularity", "keep_spare_pages", "grow_arena"]
+        "small_pool_limit", "small_granularity", "keep_spare_pages", "grow_arena",
+        "cut_free_ends"]
 
 
 # --------------------------------------------------------------------------- host pools

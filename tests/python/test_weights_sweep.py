@@ -43,8 +43,10 @@ def test_one_row_per_trace_and_a_pool_that_settles_under_its_weights(tmp_path):
         host_x, _, host_released, host_consolidations = (c.strip() for c in row[1:5])
         device_x, _, device_released, device_consolidations = (c.strip() for c in row[5:9])
         assert 1.0 <= float(host_x) <= 1.10 and 1.0 <= float(device_x) <= 1.10
-        # Four steps that churned released hundreds (ResNet-18: 639 as on a GPU); settled, a few.
-        assert int(host_released) <= 40 and int(device_released) <= 40, row
+        # Four steps that churned released hundreds (ResNet-18: 639 as on a GPU); settled, a few
+        # dozen in the first step (on the host the free ends cut off used segments count as
+        # releases too: ResNet-18 65, the same after eight steps as after four).
+        assert int(host_released) <= 100 and int(device_released) <= 40, row
         assert int(host_consolidations) >= 1 and int(device_consolidations) >= 1, row
     assert (tmp_path / "sweep" / "rec_vae_b1_8x8.device.json").exists()
 

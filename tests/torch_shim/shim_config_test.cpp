@@ -29,7 +29,7 @@ constexpr const char* kDefaults =
     "backend:cuda,segments:whole,mode:pool,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,"
     "min_segment:2MiB,huge_threshold:8MiB,small_pool:64MiB,small_granularity:128KiB,"
     "initial_reservation:0B,release_before_growth:true,consolidate:true,spare_pages:true,"
-    "grow_arena:true";
+    "grow_arena:true,cut_free_ends:true";
 
 TEST(ShimConfig, EveryRowsDefaultTextParsesBackToTheDefault) {
   test::expect_defaults_parse_back(shim_options());
@@ -55,7 +55,8 @@ TEST(ShimConfig, EverySettingSurvivesFormatThenParse) {
             "backend:host,segments:whole,mode:planned,capacity:1GiB,memory_fraction:0.25,"
             "replan_after:5,max_plans:2,granularity:4MiB,min_segment:4MiB,huge_threshold:8MiB,"
             "small_pool:64MiB,small_granularity:128KiB,initial_reservation:8MiB,"
-            "release_before_growth:false,consolidate:false,spare_pages:true,grow_arena:true");
+            "release_before_growth:false,consolidate:false,spare_pages:true,grow_arena:true,"
+            "cut_free_ends:true");
   const ShimConfig back = parse_shim_config(text);
   EXPECT_EQ(back.backend, Backend::kHost);
   EXPECT_EQ(back.mode, Mode::kPlanned);
@@ -89,7 +90,7 @@ TEST(ShimConfig, KeepsItsMessages) {
       "memory_fraction, "
       "replan_after, max_plans, plan_nodes, granularity, min_segment, huge_threshold, "
       "small_pool, small_granularity, initial_reservation, release_before_growth, consolidate, "
-      "spare_pages, grow_arena), in "
+      "spare_pages, grow_arena, cut_free_ends), in "
       "'capcity:1'");
   EXPECT_TRUE(Contains(parse_error("capacity:12XB"), "unknown size unit 'XB'"));
   EXPECT_TRUE(

@@ -77,10 +77,16 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   void* allocate_slow(PoolShard& shard, const Fit& fit, std::size_t bytes);
   // Before growing by `growth` bytes past the peak: the shard's wholly free segments (and
   // those of idle streams) go back, the requester's unlinked into the answer for the new
-  // range's pages (release_cached_before_growth); the shard is then churned if they were
-  // at least 1/kChurnShare of the growth.
+  // range's pages (release_cached_before_growth), and where they fall short of the growth,
+  // the free ends cut off the shard's used segments (cut_free_ends) join them; the shard is
+  // then churned if the wholly free ones were at least 1/kChurnShare of the growth.
   std::vector<Segment*> release_to_grow(PoolShard& shard, std::size_t growth);
   static constexpr std::size_t kChurnShare = 16;
+  // Release before growth's other source (cut_free_ends, where the resource maps pages):
+  // the free runs of whole pages at the ends of the shard's ordinary segments that still
+  // hold live blocks, split off (MemoryResource::split), longest first, until they give
+  // `bytes`; unlinked into the answer as segments of their own.
+  std::vector<Segment*> cut_free_ends(PoolShard& shard, std::size_t bytes);
   // Before a new segment of `segment_size` for `fit`: if the shard, no arena yet, will then
   // hold more than 1/kFragmentedShare of its allocated bytes free, its segments serve the
   // work badly, whether or not it ever releases one; it is marked to consolidate (not in a
@@ -130,6 +136,15 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   void forget_returned(const std::vector<Segment*>& segments);
   // Arenas grow in place only where the resource can.
   bool grows_arena() const { return options.grow_arena && upstream_grows; }
+  // Free ends are cut only where the resource maps pages finer than segments round to
+  // (host memory, which splits at any page; not CUDA, whose 2 MiB granularity is the
+  // segments' own), and not in a small pool: there the first pass, made tight by the cuts, sized an
+  // arena that a huge request among small long-lived blocks then outgrew twice (torchvision's
+  // ResNet-50, 1.114 -> 2.506 x live; docs/caching_pool.md, "Free ends").
+  bool cuts_free_ends() const {
+    return options.cut_free_ends && upstream_page != 0 &&
+           upstream_page < options.segment_granularity;
+  }
   // Spare pages are kept only where the resource moves pages into a new range.
   bool keeps_spare() const { return options.keep_spare_pages && upstream_coalesces; }
   // Which of `candidates` (wholly free segments just unlinked from `shard`) and of the

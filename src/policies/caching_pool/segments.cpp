@@ -75,6 +75,60 @@ std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester,
   return released;
 }
 
+std::vector<Segment*> CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes) {
+  std::vector<Segment*> cut;
+  // Not in a small pool (small_pool_limit): see cuts_free_ends() for why.
+  if (!cuts_free_ends() || counters.reserved_bytes.high() + bytes < options.small_pool_limit) {
+    return cut;
+  }
+  struct End {
+    Segment* segment;
+    std::size_t bytes;
+    bool front;
+  };
+  std::lock_guard lock(shard.mutex);
+  std::vector<End> ends;
+  try {
+    for (Segment* s = shard.segments; s != nullptr; s = s->next) {
+      if (s->arena || s->huge || s->pinned || s->growing) continue;
+      for (const bool front : {true, false}) {
+        const std::size_t n = shard.free_end(s, upstream_page, front);
+        if (n != 0) ends.push_back({s, n, front});
+      }
+    }
+    cut.reserve(ends.size());
+  } catch (const std::bad_alloc&) {
+    return cut;  // an optimisation only
+  }
+  std::sort(ends.begin(), ends.end(), [](const End& a, const End& b) { return a.bytes > b.bytes; });
+  std::size_t taken = 0;
+  for (const End& end : ends) {
+    if (taken >= bytes) break;
+    Segment* s = end.segment;
+    Segment* piece = nullptr;
+    try {
+      piece = new Segment{};
+    } catch (const std::bad_alloc&) {
+      break;
+    }
+    const std::size_t first = end.front ? end.bytes : s->size - end.bytes;
+    if (!upstream.split(reinterpret_cast<void*>(s->base), s->size, first)) {
+      delete piece;
+      continue;
+    }
+    piece->base = end.front ? s->base : s->base + first;
+    piece->size = end.bytes;
+    piece->used = true;
+    shard.trim_segment(s, end.bytes, end.front);
+    counters.reserved_bytes.sub(end.bytes);
+    counters.held_ranges.add(1);
+    counters.segment_splits.fetch_add(1, std::memory_order_relaxed);
+    cut.push_back(piece);
+    taken += end.bytes;
+  }
+  return cut;
+}
+
 std::vector<Segment*> CachingPool::Impl::take_spare(PoolShard& shard) {
   std::vector<Segment*> spare;
   spare.swap(shard.spare);
