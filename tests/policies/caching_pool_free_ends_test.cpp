@@ -23,7 +23,7 @@ using test::large_pool_options;
 using test::MiB;
 
 // A 6 MiB segment whose only live block is `kept` (1 MiB, at the segment's start or, with
-// `at_end`, at its end), the other 5 MiB free and written with 0x41; then a 8 MiB request,
+// `at_end`, at its end), the other 5 MiB free and written with 0x41; then an 8 MiB request,
 // which grows the pool past its 6 MiB peak. With the cut, the free 5 MiB go to the new
 // segment: 1 + 8 MiB held. Without it: 6 + 8.
 struct GrownBesideAKeptBlock {
@@ -114,7 +114,7 @@ TEST_F(CachingPoolFreeEndRules, FreeEndsAreNotCutInASmallPoolOrWhenTurnedOff) {
 
 // A resource that maps pages of `page` bytes and refuses every split (or, with `splits`,
 // forwards them): where it refuses, or its pages are as coarse as the segment granularity
-// (VirtualMemoryResource's 2 MiB chunks), the pool cuts nothing and grows as it would
+// (CUDA's 2 MiB), the pool cuts nothing and grows as it would
 // without the rule.
 class PagedResource final : public MemoryResource {
  public:
