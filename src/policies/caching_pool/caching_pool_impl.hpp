@@ -82,11 +82,11 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // then churned if the wholly free ones were at least 1/kChurnShare of the growth.
   std::vector<Segment*> release_to_grow(PoolShard& shard, std::size_t growth);
   static constexpr std::size_t kChurnShare = 16;
-  // Release before growth's other source (cut_free_ends, where the resource maps pages):
-  // the free runs of whole pages at the ends of the shard's ordinary segments that still
-  // hold live blocks, split off (MemoryResource::split), longest first, until they give
-  // `bytes`; unlinked into the answer as segments of their own.
-  std::vector<Segment*> cut_free_ends(PoolShard& shard, std::size_t bytes);
+  // Release before growth's other source (where cuts_free_ends): the free runs of whole
+  // pages at the ends of the shard's ordinary segments that still hold live blocks, split
+  // off (MemoryResource::split), longest first, until they give `bytes`; appended to `into`
+  // as unlinked segments of their own.
+  void cut_free_ends(PoolShard& shard, std::size_t bytes, std::vector<Segment*>& into);
   // Before a new segment of `segment_size` for `fit`: if the shard, no arena yet, will then
   // hold more than 1/kFragmentedShare of its allocated bytes free, its segments serve the
   // work badly, whether or not it ever releases one; it is marked to consolidate (not in a
@@ -136,14 +136,16 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   void forget_returned(const std::vector<Segment*>& segments);
   // Arenas grow in place only where the resource can.
   bool grows_arena() const { return options.grow_arena && upstream_grows; }
-  // Free ends are cut only where the resource maps pages finer than segments round to
-  // (host memory, which splits at any page; not CUDA, whose 2 MiB granularity is the
-  // segments' own), and not in a small pool: there the first pass, made tight by the cuts, sized an
-  // arena that a huge request among small long-lived blocks then outgrew twice (torchvision's
-  // ResNet-50, 1.114 -> 2.506 x live; docs/caching_pool.md, "Free ends").
-  bool cuts_free_ends() const {
+  // Free ends are cut for a growth of `bytes` only where the resource maps pages finer
+  // than segments round to (host memory, which splits at any page; not CUDA, whose 2 MiB
+  // granularity is the segments' own), and not in a small pool (small_pool_limit): there
+  // the first pass, made tight by the cuts, sized an arena that a huge request among small
+  // long-lived blocks then outgrew twice (torchvision's ResNet-50, 1.114 -> 2.506 x live;
+  // docs/caching_pool.md, "Free ends").
+  bool cuts_free_ends(std::size_t bytes) const {
     return options.cut_free_ends && upstream_page != 0 &&
-           upstream_page < options.segment_granularity;
+           upstream_page < options.segment_granularity &&
+           counters.reserved_bytes.high() + bytes >= options.small_pool_limit;
   }
   // Spare pages are kept only where the resource moves pages into a new range.
   bool keeps_spare() const { return options.keep_spare_pages && upstream_coalesces; }

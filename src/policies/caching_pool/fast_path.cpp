@@ -149,14 +149,7 @@ std::vector<Segment*> CachingPool::Impl::release_to_grow(PoolShard& shard, std::
     return released;
   }
   const std::size_t bytes = release_free_segments(&shard, /*wait=*/false, &released);
-  if (bytes < growth) {
-    std::vector<Segment*> cut = cut_free_ends(shard, growth - bytes);
-    try {
-      released.insert(released.end(), cut.begin(), cut.end());
-    } catch (const std::bad_alloc&) {
-      return_segments(cut, shard.stream);
-    }
-  }
+  if (bytes < growth) cut_free_ends(shard, growth - bytes, released);
   // A release of less than 1/kChurnShare of the growth is no churn: the 128 KiB segment
   // of a first small tensor, freed before the work's first large one, marked an ONNX
   // Runtime session churned, and its arena then took the size of its fragmented segments

@@ -75,12 +75,9 @@ std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester,
   return released;
 }
 
-std::vector<Segment*> CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes) {
-  std::vector<Segment*> cut;
-  // Not in a small pool (small_pool_limit): see cuts_free_ends() for why.
-  if (!cuts_free_ends() || counters.reserved_bytes.high() + bytes < options.small_pool_limit) {
-    return cut;
-  }
+void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
+                                      std::vector<Segment*>& into) {
+  if (!cuts_free_ends(bytes)) return;
   struct End {
     Segment* segment;
     std::size_t bytes;
@@ -96,9 +93,9 @@ std::vector<Segment*> CachingPool::Impl::cut_free_ends(PoolShard& shard, std::si
         if (n != 0) ends.push_back({s, n, front});
       }
     }
-    cut.reserve(ends.size());
+    into.reserve(into.size() + ends.size());  // so that no push_back below throws
   } catch (const std::bad_alloc&) {
-    return cut;  // an optimisation only
+    return;  // an optimisation only
   }
   std::sort(ends.begin(), ends.end(), [](const End& a, const End& b) { return a.bytes > b.bytes; });
   std::size_t taken = 0;
@@ -123,10 +120,9 @@ std::vector<Segment*> CachingPool::Impl::cut_free_ends(PoolShard& shard, std::si
     counters.reserved_bytes.sub(end.bytes);
     counters.held_ranges.add(1);
     counters.segment_splits.fetch_add(1, std::memory_order_relaxed);
-    cut.push_back(piece);
+    into.push_back(piece);
     taken += end.bytes;
   }
-  return cut;
 }
 
 std::vector<Segment*> CachingPool::Impl::take_spare(PoolShard& shard) {
