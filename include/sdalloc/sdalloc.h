@@ -183,10 +183,9 @@ typedef struct sdalloc_pool_config_t {
    * request lacks (host memory reserves address space behind each range for it), instead
    * of taking a segment beside it for good; such an arena holds no headroom. Default true. */
   bool grow_arena;
-  /* Before a pool of small_pool_limit bytes or more grows past its peak, the free pages at
-   * the ends of segments that still hold tensors are cut off them and given to the new
-   * segment, as wholly free segments are (host memory; the cut is moved, not faulted in
-   * again). Default true. */
+  /* Before the pool grows past its peak, the free pages at the ends of segments that still
+   * hold tensors are cut off them and given to the new segment, as wholly free segments
+   * are (host memory; the cut is moved, not faulted in again). Default true. */
   bool cut_free_ends;
 } sdalloc_pool_config_t;
 

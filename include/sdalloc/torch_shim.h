@@ -59,9 +59,9 @@
  *                          next segment instead of fresh ones
  *   grow_arena             true|false (default true): a miss after consolidation grows the
  *                          arena in place where the backend can (host memory)
- *   cut_free_ends          true|false (default true): before a pool of small_pool bytes or
- *                          more grows past its peak, the free pages at the ends of used
- *                          segments feed the new segment (host memory)
+ *   cut_free_ends          true|false (default true): before the pool grows past its
+ *                          peak, the free pages at the ends of used segments feed the
+ *                          new segment (host memory)
  *   replan_after           mode:planned: divergent steps in a row before the step is
  *                          recorded again, at least 1 (default 3)
  *   max_plans              mode:planned: plans kept at once, at least 1 (default 4)

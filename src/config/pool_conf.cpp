@@ -97,9 +97,9 @@ std::vector<Option<PoolConf>> caching_pool_options() {
           [](auto& c) -> auto& { return c.pool.grow_arena; }),
       bool_option<C>(
           "cut_free_ends",
-          "before a pool of `small_pool` bytes or more grows past its peak, the free pages at "
-          "the ends of segments that still hold tensors are cut off and given to the new "
-          "segment (where the backend can: host memory).",
+          "before the pool grows past its peak, the free pages at the ends of segments that "
+          "still hold tensors are cut off and given to the new segment (where the backend "
+          "can: host memory).",
           [](auto& c) -> auto& { return c.pool.cut_free_ends; }),
   };
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
@@ -96,11 +97,12 @@ INSTANTIATE_TEST_SUITE_P(FrontAndEnd, CachingPoolFreeEnds, ::testing::Bool(),
 
 class CachingPoolFreeEndRules : public test::CachingPoolOnHost {};
 
-TEST_F(CachingPoolFreeEndRules, FreeEndsAreNotCutInASmallPoolOrWhenTurnedOff) {
+TEST_F(CachingPoolFreeEndRules, FreeEndsAreCutInASmallPoolTooButNotWhenTurnedOff) {
   CachingPoolOptions small;  // the default small_pool_limit: 14 MiB is a small pool
   GrownBesideAKeptBlock in_small(upstream_, small, /*at_end=*/false);
-  EXPECT_EQ(in_small.pool.stats().segment_splits, 0u);
-  EXPECT_EQ(in_small.pool.stats().reserved_bytes, 14 * MiB);
+  EXPECT_EQ(in_small.pool.stats().segment_splits, 1u);
+  EXPECT_EQ(in_small.pool.stats().reserved_bytes, 9 * MiB);
+  EXPECT_TRUE(in_small.kept_intact());
   in_small.pool.check_invariants();
 
   CachingPoolOptions off = large_pool_options();
@@ -110,6 +112,46 @@ TEST_F(CachingPoolFreeEndRules, FreeEndsAreNotCutInASmallPoolOrWhenTurnedOff) {
   EXPECT_EQ(turned_off.pool.stats().reserved_bytes, 14 * MiB);
   EXPECT_TRUE(turned_off.kept_intact());
   turned_off.pool.check_invariants();
+}
+
+// An arena (a consolidated segment) keeps its free end when the pool grows beside it, but
+// for a small pool's, which is often made while the work is a fraction of its later size.
+// The arena here cannot grow in place (grow_arena off), so a larger request takes a new
+// segment.
+TEST_F(CachingPoolFreeEndRules, OnlyASmallPoolsArenaGivesItsFreeEnd) {
+  for (const bool small : {true, false}) {
+    CachingPoolOptions options = small ? CachingPoolOptions{} : large_pool_options();
+    options.grow_arena = false;
+    CachingPool pool(upstream_, options);
+    // Churn (a segment released to grow past the peak), then the stream empties.
+    void* a = pool.allocate(MiB);
+    void* b = pool.allocate(MiB);
+    pool.free(a);
+    void* c = pool.allocate(3 * MiB / 2);
+    pool.free(b);
+    pool.free(c);
+    void* kept = pool.allocate(MiB / 4);  // consolidates first: the arena's only block
+    ASSERT_EQ(pool.stats().consolidations, 1u) << small;
+    ASSERT_EQ(pool.stats().segments, 1u) << small;
+    const std::size_t arena = pool.stats().reserved_bytes;
+    ASSERT_GE(arena, 5 * MiB / 2) << small;
+    std::memset(kept, 0x6b, MiB / 4);
+    const std::uint64_t splits = pool.stats().segment_splits;
+    void* grown = pool.allocate(4 * MiB);  // past the arena: a new segment
+    const PoolStats s = pool.stats();
+    if (small) {
+      EXPECT_EQ(s.segment_splits, splits + 1);
+      EXPECT_EQ(s.reserved_bytes, MiB / 4 + 4 * MiB) << "the arena's free end went to it";
+    } else {
+      EXPECT_EQ(s.segment_splits, splits);
+      EXPECT_EQ(s.reserved_bytes, arena + 4 * MiB);
+    }
+    EXPECT_EQ(bytes_of(kept)[MiB / 4 - 1], 0x6b) << small;
+    pool.check_invariants();
+    pool.free(grown);
+    pool.free(kept);
+    pool.check_invariants();
+  }
 }
 
 // A resource that maps pages of `page` bytes and refuses every split (or, with `splits`,

@@ -82,7 +82,7 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // then churned if the wholly free ones were at least 1/kChurnShare of the growth.
   std::vector<Segment*> release_to_grow(PoolShard& shard, std::size_t growth);
   static constexpr std::size_t kChurnShare = 16;
-  // Release before growth's other source (where cuts_free_ends): the free runs of whole
+  // Release before growth's other source (where cuts_free_ends()): the free runs of whole
   // pages at the ends of the shard's ordinary segments that still hold live blocks, split
   // off (MemoryResource::split), longest first, until they give `bytes`; appended to `into`
   // as unlinked segments of their own.
@@ -136,16 +136,14 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   void forget_returned(const std::vector<Segment*>& segments);
   // Arenas grow in place only where the resource can.
   bool grows_arena() const { return options.grow_arena && upstream_grows; }
-  // Free ends are cut for a growth of `bytes` only where the resource maps pages finer
-  // than segments round to (host memory, which splits at any page; not CUDA, whose 2 MiB
-  // granularity is the segments' own), and not in a small pool (small_pool_limit): there
-  // the first pass, made tight by the cuts, sized an arena that a huge request among small
-  // long-lived blocks then outgrew twice (torchvision's ResNet-50, 1.114 -> 2.506 x live;
-  // docs/caching_pool.md, "Free ends").
-  bool cuts_free_ends(std::size_t bytes) const {
+  // Free ends are cut only where the resource maps pages finer than segments round to
+  // (host memory, which splits at any page; not CUDA, whose 2 MiB granularity is the
+  // segments' own). In small pools too since 2026-12-07, whose arenas keep a headroom
+  // (consolidate) and whose few long-lived blocks do not stop a consolidation (note_low):
+  // docs/caching_pool.md, "Free ends in small pools".
+  bool cuts_free_ends() const {
     return options.cut_free_ends && upstream_page != 0 &&
-           upstream_page < options.segment_granularity &&
-           counters.reserved_bytes.high() + bytes >= options.small_pool_limit;
+           upstream_page < options.segment_granularity;
   }
   // Spare pages are kept only where the resource moves pages into a new range.
   bool keeps_spare() const { return options.keep_spare_pages && upstream_coalesces; }
@@ -186,7 +184,14 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
       return;
     }
     const std::size_t now = f.allocated_bytes;
-    if (now > shard.churn_low || now < f.high_allocated_bytes / 2) return;
+    if (now > shard.churn_low) return;
+    // A low under half the peak is a floor only in a small pool back at a few long-lived
+    // blocks: there the cuts make every run churn (its first run is tight), so the rule
+    // for a shard that only fragmented (nearly_empty) no longer applies, and an ONNX
+    // Runtime session behind one 4 KiB block cut and released segments in every run.
+    if (now < f.high_allocated_bytes / 2 && !(small_pool(shard) && few_blocks_left(shard))) {
+      return;
+    }
     shard.churn_low = now;
     if (!shard.floor_armed || shard.churned_since_floor || !shard.churned) {
       const std::size_t floor = shard.floor_bytes;
@@ -214,11 +219,19 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // its passes (33 MiB of 1.1 GB) then made an arena too small for its later 2.7 GB phase,
   // 1.005 -> 1.183 x live (docs/caching_pool.md, "A few long-lived blocks").
   bool nearly_empty(const PoolShard& shard) const {
-    if (shard.churned) return false;
+    return !shard.churned && few_blocks_left(shard);
+  }
+  // The shard's live blocks, and the segments that hold them, are at most
+  // 1/kNearlyEmptyShare of its highest allocated bytes (a walk over its blocks).
+  bool few_blocks_left(const PoolShard& shard) const {
     const std::size_t few = shard.figures.high_allocated_bytes / kNearlyEmptyShare;
     return shard.figures.allocated_bytes <= few && shard.bytes_in_used_segments() <= few;
   }
   static constexpr std::size_t kNearlyEmptyShare = 32;
+  // The shard's work never reached small_pool_limit.
+  bool small_pool(const PoolShard& shard) const {
+    return shard.figures.high_allocated_bytes < options.small_pool_limit;
+  }
   // The shard churned or fragmented: the fewest bytes allocated since (note_low) start
   // here, or stay lower where they were `kept` from before.
   static void note_churn_low(PoolShard& shard, bool kept) {

@@ -77,7 +77,7 @@ std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester,
 
 void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
                                       std::vector<Segment*>& into) {
-  if (!cuts_free_ends(bytes)) return;
+  if (!cuts_free_ends()) return;
   struct End {
     Segment* segment;
     std::size_t bytes;
@@ -87,7 +87,10 @@ void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
   std::vector<End> ends;
   try {
     for (Segment* s = shard.segments; s != nullptr; s = s->next) {
-      if (s->arena || s->huge || s->pinned || s->growing) continue;
+      // Arenas keep their ends, but for a small pool's: its first arena is often made
+      // when the work was a fraction of its later size (MobileNetV2: 1.25 MiB, before the
+      // 4.6 MiB activations came; 1.107 -> 1.074 x live with its ends cut).
+      if ((s->arena && !small_pool(shard)) || s->huge || s->pinned || s->growing) continue;
       for (const bool front : {true, false}) {
         const std::size_t n = shard.free_end(s, upstream_page, front);
         if (n != 0) ends.push_back({s, n, front});
@@ -404,13 +407,17 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
     // stayed (one 128 KiB smaller, beside a 4 KiB block's 128 KiB segment, grew to 1.409 x
     // the live peak of an ONNX Runtime session's runs; 1.104 x so, that segment counted).
     if (f.live_allocations != 0 && nearly_empty(shard)) staying = f.allocated_bytes;
-    // A shard that only fragmented held more than its work needed at its peak: its arena
-    // is sized on allocated bytes alone, with the headroom even where it could grow (best
-    // fit in an arena grown at its tail by what it lacked held 1.385 x live on an ONNX
-    // Runtime session's ResNet-50 run, 1.080 x with the headroom).
+    // A shard that only fragmented held more than its work needed at its peak, and a
+    // small pool's (below small_pool_limit) first pass was made tight by the free ends it
+    // cut: either arena is sized on allocated bytes alone, with the headroom even where it
+    // could grow. Best fit in an arena grown at its tail by what it lacked, for a large
+    // tensor among a few small ones that outlived their neighbours, held 1.385 x live on
+    // an ONNX Runtime session's ResNet-50 run, 1.080 x with the headroom
+    // (docs/caching_pool.md, "Free ends in small pools").
     const std::size_t headroom =
-        grows_arena() && churned ? 0
-                                 : (f.high_allocated_bytes - f.allocated_bytes) / kArenaHeadroom;
+        grows_arena() && churned && !small_pool(shard)
+            ? 0
+            : (f.high_allocated_bytes - f.allocated_bytes) / kArenaHeadroom;
     const std::size_t needed =
         std::max(churned ? f.high_reserved_bytes : 0, f.high_allocated_bytes + headroom);
     target = needed > staying ? needed - staying : 0;  // pinned may do
