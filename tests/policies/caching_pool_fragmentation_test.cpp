@@ -56,6 +56,11 @@ std::size_t run_once(CachingPool& pool, bool reset_peak = true) {
   return pool.stats().peak_reserved_bytes;
 }
 
+// The arena a small pool makes for this work: peak allocated + 1/16, in 128 KiB steps.
+std::size_t small_pool_arena(std::size_t peak_allocated) {
+  return (peak_allocated + peak_allocated / 16 + 128 * KiB - 1) / (128 * KiB) * (128 * KiB);
+}
+
 // The rules below act where free ends are not cut (a GPU's memory, whose pages are as
 // coarse as the segments): on host memory a small pool cuts them (caching_pool.hpp, "Free
 // ends"), which makes the first run tight and leaves these rules little to do, so the
@@ -75,9 +80,8 @@ TEST_F(FragmentationTest, AStreamWhoseSegmentsServeItBadlyIsConsolidatedOnce) {
   EXPECT_EQ(pool.stats().segment_releases, 0u) << "the first run never releases a segment";
   EXPECT_GT(first, peak_allocated + peak_allocated / 4) << "its segments, badly used";
   EXPECT_EQ(pool.stats().consolidations, 0u) << "not at the free that empties the stream";
-  // The bound: the arena (peak allocated + 1/16, in 128 KiB steps), never grown.
-  const std::size_t arena =
-      (peak_allocated + peak_allocated / 16 + 128 * KiB - 1) / (128 * KiB) * (128 * KiB);
+  // The bound: the arena, never grown.
+  const std::size_t arena = small_pool_arena(peak_allocated);
   run_once(pool);
   EXPECT_EQ(pool.stats().consolidations, 1u) << "at the first allocation of the next run";
   EXPECT_EQ(pool.stats().segments, 1u);
@@ -236,8 +240,7 @@ TEST_F(FragmentationTest, WithFreeEndsCutTheFirstRunIsTightAndTheArenaSettles) {
   EXPECT_LE(first, peak_allocated + peak_allocated / 10) << "within 1.10 x live";
   run_once(pool);
   EXPECT_EQ(pool.stats().consolidations, 1u);
-  const std::size_t arena =
-      (peak_allocated + peak_allocated / 16 + 128 * KiB - 1) / (128 * KiB) * (128 * KiB);
+  const std::size_t arena = small_pool_arena(peak_allocated);
   EXPECT_EQ(pool.stats().reserved_bytes, arena) << "the headroom of a small pool's arena";
   const std::uint64_t calls = upstream_.stats().allocations;
   const std::uint64_t splits = pool.stats().segment_splits;

@@ -166,7 +166,8 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // After a free on the shard: has the work that churned ended (consolidate())? When the
   // shard is empty; or when it is back at a floor of long-lived blocks, such as a model's
   // weights, after one more cycle of the work above it - one step of a loop. A low is the
-  // fewest bytes allocated since the churn (churn_low) and at least half the peak. The
+  // fewest bytes allocated since the churn (churn_low) and at least half the peak (or,
+  // in a small pool, a few long-lived blocks: few_blocks_left). The
   // first low after a churn arms a floor (the lowest of the stretch that follows is kept,
   // and the peak then); the first low after the next churn is the floor again if it is
   // within 1/kFloorTolerance of it and the work rose, in between, to within

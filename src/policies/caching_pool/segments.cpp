@@ -84,13 +84,14 @@ void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
     bool front;
   };
   std::lock_guard lock(shard.mutex);
+  // Arenas keep their ends, but for a small pool's: its first arena is often made when the
+  // work was a fraction of its later size (MobileNetV2: 1.25 MiB, before the 4.6 MiB
+  // activations came; 1.107 -> 1.074 x live with its ends cut).
+  const bool cut_arenas = small_pool(shard);
   std::vector<End> ends;
   try {
     for (Segment* s = shard.segments; s != nullptr; s = s->next) {
-      // Arenas keep their ends, but for a small pool's: its first arena is often made
-      // when the work was a fraction of its later size (MobileNetV2: 1.25 MiB, before the
-      // 4.6 MiB activations came; 1.107 -> 1.074 x live with its ends cut).
-      if ((s->arena && !small_pool(shard)) || s->huge || s->pinned || s->growing) continue;
+      if ((s->arena && !cut_arenas) || s->huge || s->pinned || s->growing) continue;
       for (const bool front : {true, false}) {
         const std::size_t n = shard.free_end(s, upstream_page, front);
         if (n != 0) ends.push_back({s, n, front});
@@ -407,12 +408,12 @@ void CachingPool::Impl::consolidate(PoolShard& shard) {
     // stayed (one 128 KiB smaller, beside a 4 KiB block's 128 KiB segment, grew to 1.409 x
     // the live peak of an ONNX Runtime session's runs; 1.104 x so, that segment counted).
     if (f.live_allocations != 0 && nearly_empty(shard)) staying = f.allocated_bytes;
-    // A shard that only fragmented held more than its work needed at its peak, and a
-    // small pool's (below small_pool_limit) first pass was made tight by the free ends it
-    // cut: either arena is sized on allocated bytes alone, with the headroom even where it
-    // could grow. Best fit in an arena grown at its tail by what it lacked, for a large
-    // tensor among a few small ones that outlived their neighbours, held 1.385 x live on
-    // an ONNX Runtime session's ResNet-50 run, 1.080 x with the headroom
+    // A shard that only fragmented held more than its work needed at its peak: its arena
+    // is sized on allocated bytes alone. It keeps the headroom even where it could grow,
+    // as does a small pool's (below small_pool_limit), whose first pass the free ends it
+    // cut made tight: best fit in an arena grown at its tail by what it lacked, for a
+    // large tensor among a few small ones that outlived their neighbours, held 1.385 x live
+    // on an ONNX Runtime session's ResNet-50 run, 1.080 x with the headroom
     // (docs/caching_pool.md, "Free ends in small pools").
     const std::size_t headroom =
         grows_arena() && churned && !small_pool(shard)
