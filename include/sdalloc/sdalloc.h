@@ -185,7 +185,8 @@ typedef struct sdalloc_pool_config_t {
   bool grow_arena;
   /* Before the pool grows past its peak, the free pages at the ends of segments that still
    * hold tensors are cut off them and given to the new segment, as wholly free segments
-   * are (host memory; the cut is moved, not faulted in again). Default true. */
+   * are (host memory; the cut is moved, not faulted in again); where an arena would grow
+   * by more than 1/16, its free pages between tensors too. Default true. */
   bool cut_free_ends;
 } sdalloc_pool_config_t;
 

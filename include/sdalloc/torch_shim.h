@@ -61,7 +61,8 @@
  *                          arena in place where the backend can (host memory)
  *   cut_free_ends          true|false (default true): before the pool grows past its
  *                          peak, the free pages at the ends of used segments feed the
- *                          new segment (host memory)
+ *                          new segment, and an arena's between its tensors where it would
+ *                          grow by more than 1/16 (host memory)
  *   replan_after           mode:planned: divergent steps in a row before the step is
  *                          recorded again, at least 1 (default 3)
  *   max_plans              mode:planned: plans kept at once, at least 1 (default 4)

@@ -99,7 +99,8 @@ std::vector<Option<PoolConf>> caching_pool_options() {
           "cut_free_ends",
           "before the pool grows past its peak, the free pages at the ends of segments that "
           "still hold tensors are cut off and given to the new segment (where the backend "
-          "can: host memory).",
+          "can: host memory); where an arena would grow by more than 1/16, its free pages "
+          "between tensors too.",
           [](auto& c) -> auto& { return c.pool.cut_free_ends; }),
   };
 }

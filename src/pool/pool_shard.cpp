@@ -345,6 +345,57 @@ void PoolShard::trim_segment(Segment* segment, std::size_t bytes, bool front) {
   figures.reserved_bytes -= bytes;
 }
 
+std::size_t PoolShard::free_pages(const Segment* segment, std::size_t page) {
+  drain_quick_lists();
+  std::size_t bytes = 0;
+  for (const Block* b = segment->first; b != nullptr; b = b->next) {
+    if (!b->indexed) continue;
+    const std::size_t lo = (b->addr - segment->base + page - 1) / page * page;
+    const std::size_t hi = (b->end() - segment->base) / page * page;
+    if (hi > lo) bytes += hi - lo;
+  }
+  return bytes;
+}
+
+void PoolShard::split_segment(Segment* segment, std::uintptr_t at, Segment* upper, Block* record) {
+  drain_quick_lists();
+  Block* b = segment->first;
+  while (b->end() <= at) b = b->next;
+  Block* rest = b;
+  if (b->addr < at) {  // a free block: cut in two, both indexed
+    index_of(b).erase(b);
+    record->addr = at;
+    record->size = b->end() - at;
+    record->segment = segment;
+    record->prev = b;
+    record->next = b->next;
+    record->free = true;
+    if (b->next != nullptr) b->next->prev = record;
+    b->next = record;
+    b->size = at - b->addr;
+    index_of(b).insert(b);
+    index_of(record).insert(record);
+    rest = record;
+  } else {
+    records.give_back(record);
+  }
+  rest->prev->next = nullptr;
+  rest->prev = nullptr;
+  upper->base = at;
+  upper->size = segment->base + segment->size - at;
+  upper->huge = segment->huge;
+  upper->used = segment->used;
+  upper->arena = segment->arena;
+  upper->first = rest;
+  segment->size = at - segment->base;
+  for (Block* x = rest; x != nullptr; x = x->next) x->segment = upper;
+  ++figures.segments;
+  upper->prev = segment;
+  upper->next = segment->next;
+  if (segment->next != nullptr) segment->next->prev = upper;
+  segment->next = upper;
+}
+
 // ---------------------------------------------------------------------------------------
 // figures and checks
 

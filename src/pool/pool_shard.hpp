@@ -157,6 +157,15 @@ class alignas(64) PoolShard {
   // Takes `bytes`, a free_end() answer, off that end of the segment: its free block there
   // shrinks or goes, and the segment starts or ends at the cut. Cannot fail.
   void trim_segment(Segment* segment, std::size_t bytes, bool front);
+  // Bytes of whole `page`s (counted from the segment's base) inside its free blocks, the
+  // ends' included; quick lists merged first. A walk over the segment's blocks.
+  std::size_t free_pages(const Segment* segment, std::size_t page);
+  // Splits `segment` at `at`, which lies inside a free block or at the start of a block
+  // that is not the segment's first: the blocks from `at` on go to `upper` (fresh), a
+  // segment of the same kind linked in after it, and `record` (from `records`) becomes the
+  // upper part of a free block cut in two, or goes back. The reserved bytes do not change
+  // (the resource has split the range). Cannot fail.
+  void split_segment(Segment* segment, std::uintptr_t at, Segment* upper, Block* record);
 
   // --- figures ----------------------------------------------------------------------
   std::size_t free_bytes() const { return normal.bytes() + huge.bytes() + quick.bytes(); }

@@ -80,13 +80,17 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // range's pages (release_cached_before_growth), and where they fall short of the growth,
   // the free ends cut off the shard's used segments (cut_free_ends) join them; the shard is
   // then churned if the wholly free ones were at least 1/kChurnShare of the growth.
-  std::vector<Segment*> release_to_grow(PoolShard& shard, std::size_t growth);
+  // With `stitch` (grow_arena's answer), the free runs inside the shard's arenas are cut
+  // as well.
+  std::vector<Segment*> release_to_grow(PoolShard& shard, std::size_t growth, bool stitch);
   static constexpr std::size_t kChurnShare = 16;
   // Release before growth's other source (where cuts_free_ends()): the free runs of whole
   // pages at the ends of the shard's ordinary segments that still hold live blocks, split
   // off (MemoryResource::split), longest first, until they give `bytes`; appended to `into`
-  // as unlinked segments of their own.
-  void cut_free_ends(PoolShard& shard, std::size_t bytes, std::vector<Segment*>& into);
+  // as unlinked segments of their own. With `stitch`, every free run of whole pages in the
+  // shard's arenas too, their ends and the runs between live blocks (the arena is split
+  // around each: see stitches()).
+  void cut_free_ends(PoolShard& shard, std::size_t bytes, std::vector<Segment*>& into, bool stitch);
   // Before a new segment of `segment_size` for `fit`: if the shard, no arena yet, will then
   // hold more than 1/kFragmentedShare of its allocated bytes free, its segments serve the
   // work badly, whether or not it ever releases one; it is marked to consolidate (not in a
@@ -97,7 +101,23 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // in place by what the request lacks, and serves the request there; nullptr when the
   // shard has no arena, the resource cannot grow it, or the grown tail was taken meanwhile
   // (the caller then takes a new segment). The released segments' pages feed the growth.
-  void* grow_arena(PoolShard& shard, const Fit& fit, std::size_t bytes);
+  // Or sets `stitch` and answers nullptr where stitches() says the arenas' free runs
+  // serve the request instead.
+  void* grow_arena(PoolShard& shard, const Fit& fit, std::size_t bytes, bool& stitch);
+  // Stitching (caller holds shard.mutex): a request the arena lacks `extra` bytes for takes a
+  // new segment made of the free pages inside the shard's arenas (cut out between their
+  // live blocks, moved by the resource into one range) instead of growing the arena, where
+  // growing would take the shard more than 1/kStitchShare above the most it ever had
+  // allocated (the request counted), the free pages suffice, and the pool is not small.
+  // Best fit in one arena leaves the free bytes of a later pass in pieces around blocks
+  // that outlived their neighbours: the SD 1.5 pipeline's VAE decode found 259 MiB free
+  // in three pieces for a 256 MiB request and grew its arena to 1.251 x live; stitched, it
+  // holds 1.001 x. The arena is then in pieces, and the next consolidation (the work
+  // churned) makes it whole again, so such a shape makes a few system calls in every pass
+  // (docs/caching_pool.md, "Stitching an arena's free pages"). Not in a small pool:
+  // torchvision's ResNet-50 stitched in every pass and ran 4.6 x slower.
+  bool stitches(PoolShard& shard, const Fit& fit, std::size_t extra) const;
+  static constexpr std::size_t kStitchShare = 16;
   // Moves a wholly free segment that fits from another shard to `shard` and allocates from
   // it. The segment's last user was the other shard's stream, whose work must be done
   // first: without `wait` a busy stream keeps its segment; with `wait` (the OOM path) the

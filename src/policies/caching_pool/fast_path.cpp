@@ -98,7 +98,8 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   // 2. A wholly free segment cached by another, idle stream.
   if (void* ptr = allocate_from_other_shards(shard, fit, bytes, /*wait=*/false)) return ptr;
   // 3. The shard's arena, grown in place where the resource can.
-  if (void* ptr = grow_arena(shard, fit, bytes)) return ptr;
+  bool stitch = false;
+  if (void* ptr = grow_arena(shard, fit, bytes, stitch)) return ptr;
   // 4. A new segment from the resource.
   std::size_t grain = segment_grain(counters.reserved_bytes.high() + fit.needed);
   if (fit.huge) grain = huge_grain(fit.needed, grain);
@@ -110,7 +111,8 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   note_fragmented_growth(shard, fit, segment_size);
   // The shard's own free segments go back in exchange for the new one (their pages move
   // into it where the resource can: see exchange_segments and pages_for).
-  std::vector<Segment*> released = release_to_grow(shard, segment_size);
+  // Where stitching, the arenas' free runs are among them.
+  std::vector<Segment*> released = release_to_grow(shard, segment_size, stitch);
   // Spare pages of earlier releases come first; what the new segment does not need of
   // the segments just released is kept for later (pages_for).
   released = pages_for(shard, std::move(released), segment_size);
@@ -142,14 +144,15 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   return shard.allocate_from(block, fit, bytes)->ptr();
 }
 
-std::vector<Segment*> CachingPool::Impl::release_to_grow(PoolShard& shard, std::size_t growth) {
+std::vector<Segment*> CachingPool::Impl::release_to_grow(PoolShard& shard, std::size_t growth,
+                                                         bool stitch) {
   std::vector<Segment*> released;
   if (!options.release_cached_before_growth ||
       counters.reserved_bytes.current() + growth <= counters.reserved_bytes.high()) {
     return released;
   }
   const std::size_t bytes = release_free_segments(&shard, /*wait=*/false, &released);
-  if (bytes < growth) cut_free_ends(shard, growth - bytes, released);
+  if (bytes < growth) cut_free_ends(shard, growth - bytes, released, stitch);
   // A release of less than 1/kChurnShare of the growth is no churn: the 128 KiB segment
   // of a first small tensor, freed before the work's first large one, marked an ONNX
   // Runtime session churned, and its arena then took the size of its fragmented segments

@@ -76,56 +76,92 @@ std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester,
 }
 
 void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
-                                      std::vector<Segment*>& into) {
+                                      std::vector<Segment*>& into, bool stitch) {
   if (!cuts_free_ends()) return;
-  struct End {
-    Segment* segment;
-    std::size_t bytes;
-    bool front;
+  struct Run {  // whole pages [lo, hi) of one free block
+    std::uintptr_t lo;
+    std::uintptr_t hi;
   };
+  const std::size_t page = upstream_page;
   std::lock_guard lock(shard.mutex);
   // Arenas keep their ends, but for a small pool's: its first arena is often made when the
   // work was a fraction of its later size (MobileNetV2: 1.25 MiB, before the 4.6 MiB
-  // activations came; 1.107 -> 1.074 x live with its ends cut).
-  const bool cut_arenas = small_pool(shard);
-  std::vector<End> ends;
+  // activations came; 1.107 -> 1.074 x live with its ends cut). A stitch takes every free
+  // run of the arenas, those between live blocks too.
+  const bool cut_arenas = small_pool(shard) || stitch;
+  std::vector<Run> runs;
   try {
     for (Segment* s = shard.segments; s != nullptr; s = s->next) {
       if ((s->arena && !cut_arenas) || s->huge || s->pinned || s->growing) continue;
-      for (const bool front : {true, false}) {
-        const std::size_t n = shard.free_end(s, upstream_page, front);
-        if (n != 0) ends.push_back({s, n, front});
+      if (const std::size_t n = shard.free_end(s, page, /*front=*/true)) {
+        runs.push_back({s->base, s->base + n});
+      }
+      if (const std::size_t n = shard.free_end(s, page, /*front=*/false)) {
+        runs.push_back({s->base + s->size - n, s->base + s->size});
+      }
+      if (!stitch || !s->arena || s->first->is_whole_segment()) continue;
+      for (const Block* b = s->first->next; b->next != nullptr; b = b->next) {
+        if (!b->indexed) continue;
+        const std::uintptr_t lo = s->base + (b->addr - s->base + page - 1) / page * page;
+        const std::uintptr_t hi = s->base + (b->end() - s->base) / page * page;
+        if (hi > lo) runs.push_back({lo, hi});
       }
     }
-    into.reserve(into.size() + ends.size());  // so that no push_back below throws
+    into.reserve(into.size() + runs.size());  // so that no push_back below throws
   } catch (const std::bad_alloc&) {
     return;  // an optimisation only
   }
-  std::sort(ends.begin(), ends.end(), [](const End& a, const End& b) { return a.bytes > b.bytes; });
+  std::sort(runs.begin(), runs.end(),
+            [](const Run& x, const Run& y) { return x.hi - x.lo > y.hi - y.lo; });
   std::size_t taken = 0;
-  for (const End& end : ends) {
+  for (const Run& run : runs) {
     if (taken >= bytes) break;
-    Segment* s = end.segment;
+    // The segment that holds the run now: an earlier cut may have split the one it was in.
+    Segment* s = shard.segments;
+    while (s != nullptr && (run.lo < s->base || run.lo >= s->base + s->size)) s = s->next;
+    if (s == nullptr) continue;
+    // A run between live blocks: the segment is split at the run's end first, so that the
+    // run is the lower part's free end.
+    if (run.lo != s->base && run.hi != s->base + s->size) {
+      Segment* upper = nullptr;
+      try {
+        upper = new Segment{};
+        shard.records.reserve(1);
+      } catch (const std::bad_alloc&) {
+        delete upper;
+        break;
+      }
+      if (!upstream.split(reinterpret_cast<void*>(s->base), s->size, run.hi - s->base)) {
+        delete upper;
+        continue;
+      }
+      shard.split_segment(s, run.hi, upper, shard.records.take());
+      counters.segments.add(1);
+      counters.held_ranges.add(1);
+      counters.segment_splits.fetch_add(1, std::memory_order_relaxed);
+    }
     Segment* piece = nullptr;
     try {
       piece = new Segment{};
     } catch (const std::bad_alloc&) {
       break;
     }
-    const std::size_t first = end.front ? end.bytes : s->size - end.bytes;
+    const bool front = run.lo == s->base;
+    const std::size_t n = run.hi - run.lo;
+    const std::size_t first = front ? n : s->size - n;
     if (!upstream.split(reinterpret_cast<void*>(s->base), s->size, first)) {
       delete piece;
       continue;
     }
-    piece->base = end.front ? s->base : s->base + first;
-    piece->size = end.bytes;
+    piece->base = run.lo;
+    piece->size = n;
     piece->used = true;
-    shard.trim_segment(s, end.bytes, end.front);
-    counters.reserved_bytes.sub(end.bytes);
+    shard.trim_segment(s, n, front);
+    counters.reserved_bytes.sub(n);
     counters.held_ranges.add(1);
     counters.segment_splits.fetch_add(1, std::memory_order_relaxed);
     into.push_back(piece);
-    taken += end.bytes;
+    taken += n;
   }
 }
 
@@ -271,7 +307,20 @@ bool CachingPool::Impl::give_back(void* base, std::size_t size, Stream stream) n
 // in place instead, by what the request lacks beyond the arena's free tail: the work then
 // runs in one larger arena, as if it had been consolidated at its new peak.
 
-void* CachingPool::Impl::grow_arena(PoolShard& shard, const Fit& fit, std::size_t bytes) {
+bool CachingPool::Impl::stitches(PoolShard& shard, const Fit& fit, std::size_t extra) const {
+  if (!cuts_free_ends() || small_pool(shard)) return false;
+  const detail::ShardFigures& f = shard.figures;
+  const std::size_t high = std::max(f.high_allocated_bytes, f.allocated_bytes + fit.needed);
+  if (f.reserved_bytes + extra <= high + high / kStitchShare) return false;
+  std::size_t free_pages = 0;
+  for (const Segment* s = shard.segments; s != nullptr && free_pages < fit.needed; s = s->next) {
+    if (s->arena && !s->growing) free_pages += shard.free_pages(s, upstream_page);
+  }
+  return free_pages >= fit.needed;
+}
+
+void* CachingPool::Impl::grow_arena(PoolShard& shard, const Fit& fit, std::size_t bytes,
+                                    bool& stitch) {
   if (!grows_arena()) return nullptr;
   Segment* arena = nullptr;
   std::size_t extra = 0;
@@ -296,6 +345,10 @@ void* CachingPool::Impl::grow_arena(PoolShard& shard, const Fit& fit, std::size_
     std::size_t grain = segment_grain(counters.reserved_bytes.high() + fit.needed);
     if (upstream_page != 0 && upstream_page < grain) grain = upstream_page;
     extra = round_up(fit.needed - tail, grain);
+    if (stitches(shard, fit, extra)) {
+      stitch = true;
+      return nullptr;
+    }
     shard.records.reserve(1);
     record = shard.records.take();
     arena->growing = true;  // not released, not adopted by another shard meanwhile
@@ -306,7 +359,7 @@ void* CachingPool::Impl::grow_arena(PoolShard& shard, const Fit& fit, std::size_
   };
   std::vector<Segment*> donors;
   try {
-    donors = pages_for(shard, release_to_grow(shard, extra), extra);
+    donors = pages_for(shard, release_to_grow(shard, extra, /*stitch=*/false), extra);
   } catch (...) {  // no memory for the lists: nothing was given back
     std::lock_guard lock(shard.mutex);
     unmark();
