@@ -110,9 +110,9 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // growing would take the shard more than 1/kStitchShare above the most it ever had
   // allocated (the request counted), the free pages suffice, and the pool is not small.
   // Best fit in one arena leaves the free bytes of a later pass in pieces around blocks
-  // that outlived their neighbours: the SD 1.5 pipeline's VAE decode found 259 MiB free
-  // in three pieces for a 256 MiB request and grew its arena to 1.251 x live; stitched, it
-  // holds 1.001 x. The arena is then in pieces, and the next consolidation (the work
+  // that outlived their neighbours: the SD 1.5 pipeline's VAE decode found 269.7 MiB of
+  // free pages in four pieces for a 256 MiB request and grew its arena to 1.251 x live;
+  // stitched, it holds 1.001 x. The arena is then in pieces, and the next consolidation (the work
   // churned) makes it whole again, so such a shape makes a few system calls in every pass
   // (docs/caching_pool.md, "Stitching an arena's free pages"). Not in a small pool:
   // torchvision's ResNet-50 stitched in every pass and ran 4.6 x slower.
