@@ -345,14 +345,17 @@ void PoolShard::trim_segment(Segment* segment, std::size_t bytes, bool front) {
   figures.reserved_bytes -= bytes;
 }
 
+PageRun PoolShard::whole_pages(const Block* block, std::size_t page) {
+  const std::uintptr_t base = block->segment->base;
+  return {base + (block->addr - base + page - 1) / page * page,
+          base + (block->end() - base) / page * page};
+}
+
 std::size_t PoolShard::free_pages(const Segment* segment, std::size_t page) {
   drain_quick_lists();
   std::size_t bytes = 0;
   for (const Block* b = segment->first; b != nullptr; b = b->next) {
-    if (!b->indexed) continue;
-    const std::size_t lo = (b->addr - segment->base + page - 1) / page * page;
-    const std::size_t hi = (b->end() - segment->base) / page * page;
-    if (hi > lo) bytes += hi - lo;
+    if (b->indexed) bytes += whole_pages(b, page).bytes();
   }
   return bytes;
 }

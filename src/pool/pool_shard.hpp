@@ -40,6 +40,13 @@ struct Fit {
   std::size_t huge_slack = 0;  // a huge block may exceed `needed` by at most this
 };
 
+// Whole pages [lo, hi) of a block, by address; empty when hi <= lo.
+struct PageRun {
+  std::uintptr_t lo = 0;
+  std::uintptr_t hi = 0;
+  std::size_t bytes() const { return hi > lo ? hi - lo : 0; }
+};
+
 // A block freed on other streams, waiting until their queued work has completed.
 struct PendingFree {
   Block* block = nullptr;
@@ -157,8 +164,10 @@ class alignas(64) PoolShard {
   // Takes `bytes`, a free_end() answer, off that end of the segment: its free block there
   // shrinks or goes, and the segment starts or ends at the cut. Cannot fail.
   void trim_segment(Segment* segment, std::size_t bytes, bool front);
-  // Bytes of whole `page`s (counted from the segment's base) inside its free blocks, the
-  // ends' included; quick lists merged first. A walk over the segment's blocks.
+  // The whole `page`s (counted from its segment's base) that `block` covers.
+  static PageRun whole_pages(const Block* block, std::size_t page);
+  // Bytes of whole `page`s inside the segment's free blocks, the ends' included; quick
+  // lists merged first. A walk over the segment's blocks.
   std::size_t free_pages(const Segment* segment, std::size_t page);
   // Splits `segment` at `at`, which lies inside a free block or at the start of a block
   // that is not the segment's first: the blocks from `at` on go to `upper` (fresh), a

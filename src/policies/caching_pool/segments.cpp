@@ -78,10 +78,7 @@ std::size_t CachingPool::Impl::release_free_segments(const PoolShard* requester,
 void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
                                       std::vector<Segment*>& into, bool stitch) {
   if (!cuts_free_ends()) return;
-  struct Run {  // whole pages [lo, hi) of one free block
-    std::uintptr_t lo;
-    std::uintptr_t hi;
-  };
+  using Run = detail::PageRun;  // whole pages of one free block
   const std::size_t page = upstream_page;
   std::lock_guard lock(shard.mutex);
   // Arenas keep their ends, but for a small pool's: its first arena is often made when the
@@ -102,9 +99,8 @@ void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
       if (!stitch || !s->arena || s->first->is_whole_segment()) continue;
       for (const Block* b = s->first->next; b->next != nullptr; b = b->next) {
         if (!b->indexed) continue;
-        const std::uintptr_t lo = s->base + (b->addr - s->base + page - 1) / page * page;
-        const std::uintptr_t hi = s->base + (b->end() - s->base) / page * page;
-        if (hi > lo) runs.push_back({lo, hi});
+        const Run run = PoolShard::whole_pages(b, page);
+        if (run.bytes() != 0) runs.push_back(run);
       }
     }
     into.reserve(into.size() + runs.size());  // so that no push_back below throws
@@ -112,7 +108,7 @@ void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
     return;  // an optimisation only
   }
   std::sort(runs.begin(), runs.end(),
-            [](const Run& x, const Run& y) { return x.hi - x.lo > y.hi - y.lo; });
+            [](const Run& x, const Run& y) { return x.bytes() > y.bytes(); });
   std::size_t taken = 0;
   for (const Run& run : runs) {
     if (taken >= bytes) break;
@@ -147,7 +143,7 @@ void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
       break;
     }
     const bool front = run.lo == s->base;
-    const std::size_t n = run.hi - run.lo;
+    const std::size_t n = run.bytes();
     const std::size_t first = front ? n : s->size - n;
     if (!upstream.split(reinterpret_cast<void*>(s->base), s->size, first)) {
       delete piece;
