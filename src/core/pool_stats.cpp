@@ -107,6 +107,8 @@ std::string format_stats(const PoolStats& s) {
   count_row(out, "segment releases", s.segment_releases);
   if (s.failed_releases != 0) count_row(out, "failed releases", s.failed_releases);
   if (s.segment_splits != 0) count_row(out, "segment splits", s.segment_splits);
+  if (s.arena_growths != 0) count_row(out, "arena growths", s.arena_growths);
+  if (s.stitches != 0) count_row(out, "stitches", s.stitches);
   count_row(out, "consolidations", s.consolidations);
   count_row(out, "oom retries", s.oom_retries);
   count_row(out, "ooms", s.ooms);

@@ -58,6 +58,7 @@ struct PoolCounters {
   std::atomic<std::uint64_t> consolidations{0};
   std::atomic<std::uint64_t> segment_splits{0};
   std::atomic<std::uint64_t> arena_growths{0};
+  std::atomic<std::uint64_t> stitches{0};
   // oom_retries and ooms are the core's (stream_ordered_core.hpp), as every pool has them.
 };
 

@@ -77,6 +77,7 @@ TEST_F(CachingPoolStitch, TheArenasFreePagesServeTheRequestInsteadOfGrowth) {
   ASSERT_EQ(run.grown_from.segments, 1u);
   const PoolStats s = run.pool.stats();
   EXPECT_EQ(s.arena_growths, 0u);
+  EXPECT_EQ(s.stitches, 1u);
   EXPECT_GT(s.segment_splits, run.grown_from.segment_splits) << "the arena was cut";
   EXPECT_LE(upstream_.stats().peak_bytes, 20 * MiB) << "never more than the arena held";
   EXPECT_LE(s.peak_reserved_bytes, 20 * MiB);
@@ -104,6 +105,7 @@ TEST_F(CachingPoolStitch, TurnedOffOrInASmallPoolTheArenaGrows) {
   off.cut_free_ends = false;
   FragmentedArena uncut(upstream_, off);
   EXPECT_EQ(uncut.pool.stats().arena_growths, 1u);
+  EXPECT_EQ(uncut.pool.stats().stitches, 0u);
   EXPECT_EQ(uncut.pool.stats().reserved_bytes, 24 * MiB);
   EXPECT_TRUE(uncut.kept_intact());
   uncut.pool.check_invariants();
@@ -111,6 +113,7 @@ TEST_F(CachingPoolStitch, TurnedOffOrInASmallPoolTheArenaGrows) {
   CachingPoolOptions small;  // the default small_pool_limit (64 MiB): a small pool
   FragmentedArena in_small(upstream_, small);
   EXPECT_EQ(in_small.pool.stats().arena_growths, 1u);
+  EXPECT_EQ(in_small.pool.stats().stitches, 0u);
   EXPECT_TRUE(in_small.kept_intact());
   in_small.pool.check_invariants();
 }
@@ -131,6 +134,7 @@ TEST_F(CachingPoolStitch, ASmallGrowthGrowsTheArena) {
   // 19.5 MiB free, 17.5 of it at the end: the arena lacks 0.5 MiB, 1/40 of the 20 MiB peak.
   void* big = pool.allocate(18 * MiB);
   EXPECT_EQ(pool.stats().arena_growths, 1u);
+  EXPECT_EQ(pool.stats().stitches, 0u);
   EXPECT_EQ(pool.stats().segment_splits, splits);
   EXPECT_EQ(pool.stats().reserved_bytes, 41 * MiB / 2);
   pool.free(big);

@@ -117,6 +117,7 @@ PoolStats CachingPool::Impl::stats() const {
   s.consolidations = counters.consolidations.load(std::memory_order_relaxed);
   s.segment_splits = counters.segment_splits.load(std::memory_order_relaxed);
   s.arena_growths = counters.arena_growths.load(std::memory_order_relaxed);
+  s.stitches = counters.stitches.load(std::memory_order_relaxed);
   return s;
 }
 

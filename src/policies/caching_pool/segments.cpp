@@ -110,6 +110,7 @@ void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
   std::sort(runs.begin(), runs.end(),
             [](const Run& x, const Run& y) { return x.bytes() > y.bytes(); });
   std::size_t taken = 0;
+  bool stitched = false;  // a run of an arena's was taken for a stitch
   for (const Run& run : runs) {
     if (taken >= bytes) break;
     // The segment that holds the run now: an earlier cut may have split the one it was in.
@@ -152,6 +153,7 @@ void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
     piece->base = run.lo;
     piece->size = n;
     piece->used = true;
+    stitched = stitched || (stitch && s->arena);
     shard.trim_segment(s, n, front);
     counters.reserved_bytes.sub(n);
     counters.held_ranges.add(1);
@@ -159,6 +161,7 @@ void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
     into.push_back(piece);
     taken += n;
   }
+  if (stitched) counters.stitches.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::vector<Segment*> CachingPool::Impl::take_spare(PoolShard& shard) {

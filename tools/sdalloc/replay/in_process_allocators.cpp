@@ -67,6 +67,7 @@ class PoolTarget final : public ReplayTarget {
     // A split makes one range two, each released on its own (spare pages).
     if (s.segment_splits != 0) text += ", split " + std::to_string(s.segment_splits);
     if (s.arena_growths != 0) text += ", arena grown " + std::to_string(s.arena_growths);
+    if (s.stitches != 0) text += ", stitched " + std::to_string(s.stitches);
     if (s.consolidations != 0) text += ", consolidated " + std::to_string(s.consolidations);
     return text;
   }
