@@ -6,11 +6,15 @@
 // place, as the replays measure it.
 //
 // The shim's configuration is per process and fixed by the first allocation: the bad
-// configuration's test comes first (no pool exists yet), the others all use one good one.
+// configuration's test runs in a process of its own (a death test in the "threadsafe"
+// style, which runs this program again for that test alone), the others all use one good
+// one, so that they pass in any order (--gtest_shuffle), alone or together.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <new>
 #include <stdexcept>
@@ -24,11 +28,12 @@ namespace {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 // Every test configures the same, so that any of them may run first, alone or in one process;
-// the first allocation of the process fixes the configuration (later configure calls fail).
+// the first allocation of the process fixes the configuration (later configure calls fail,
+// whichever device's pool that allocation made), so it is configured once.
 constexpr const char* kConfiguration = "backend:host,capacity:64MiB";
 bool configured() {
-  return sdalloc_torch_pool(0) != nullptr ||
-         sdalloc_torch_configure(kConfiguration) == SDALLOC_SUCCESS;
+  static const bool done = sdalloc_torch_configure(kConfiguration) == SDALLOC_SUCCESS;
+  return done;
 }
 
 // The allocation function as PyTorch stores it (CUDAPluggableAllocator's alloc_fn_).
@@ -44,13 +49,20 @@ std::string message_of(std::size_t size, int device) {
   return "";
 }
 
+// In a fresh process (no pool, nothing configured): the child prints the message and
+// exits 0 only if the configuration was refused and the allocation's error names the key
+// and is no out-of-memory error.
 TEST(TorchShimMallocRaising, BadConfigurationThrowsNamingTheKey) {
-  ASSERT_NE(sdalloc_torch_configure("backend:host,mode:bogus"), SDALLOC_SUCCESS);
-  const std::string message = message_of(100, 0);
-  EXPECT_NE(message.find("sdalloc: cannot allocate 100 bytes on device 0"), std::string::npos)
-      << message;
-  EXPECT_NE(message.find("mode must be"), std::string::npos) << message;
-  EXPECT_EQ(message.find("out of memory"), std::string::npos) << message;
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const bool refused = sdalloc_torch_configure("backend:host,mode:bogus") != SDALLOC_SUCCESS;
+        const std::string message = message_of(100, 0);
+        std::fprintf(stderr, "refused %d, message: %s\n", refused ? 1 : 0, message.c_str());
+        std::exit(refused && message.find("out of memory") == std::string::npos ? 0 : 1);
+      },
+      testing::ExitedWithCode(0),
+      "refused 1, message: sdalloc: cannot allocate 100 bytes on device 0.*mode must be");
 }
 
 TEST(TorchShimMallocRaising, OutOfMemoryThrowsABadAllocWithSdallocsFigures) {
