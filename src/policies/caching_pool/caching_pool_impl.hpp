@@ -173,6 +173,11 @@ struct CachingPool::Impl final : detail::StreamOrderedCore {
   // its tail). The others become the shard's spare. Without spare pages: `candidates`.
   std::vector<Segment*> pages_for(PoolShard& shard, std::vector<Segment*> candidates,
                                   std::size_t bytes);
+  // A range the resource split in two (MemoryResource::split): one more range held.
+  void note_split() {
+    counters.held_ranges.add(1);
+    counters.segment_splits.fetch_add(1, std::memory_order_relaxed);
+  }
   // Unlinks the shard's spare segments (caller holds shard.mutex) for returning or exchange.
   static std::vector<Segment*> take_spare(PoolShard& shard);
   bool give_back(void* base, std::size_t size, Stream stream) noexcept;

@@ -134,8 +134,7 @@ void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
       }
       shard.split_segment(s, run.hi, upper, shard.records.take());
       counters.segments.add(1);
-      counters.held_ranges.add(1);
-      counters.segment_splits.fetch_add(1, std::memory_order_relaxed);
+      note_split();
     }
     Segment* piece = nullptr;
     try {
@@ -156,8 +155,7 @@ void CachingPool::Impl::cut_free_ends(PoolShard& shard, std::size_t bytes,
     stitched = stitched || (stitch && s->arena);
     shard.trim_segment(s, n, front);
     counters.reserved_bytes.sub(n);
-    counters.held_ranges.add(1);
-    counters.segment_splits.fetch_add(1, std::memory_order_relaxed);
+    note_split();
     into.push_back(piece);
     taken += n;
   }
@@ -215,8 +213,7 @@ std::vector<Segment*> CachingPool::Impl::pages_for(PoolShard& shard,
       tail->size = s->size - lacking;
       s->size = lacking;
       rest.back() = tail;
-      counters.held_ranges.add(1);
-      counters.segment_splits.fetch_add(1, std::memory_order_relaxed);
+      note_split();
     } else {
       delete tail;
       rest.pop_back();
