@@ -332,6 +332,13 @@ typedef struct sdalloc_stats_t {
   size_t streams;               /* streams the pool has served */
   double fragmentation;         /* 1 - largest_free_block / free_bytes, in [0, 1] */
   double peak_overhead_ratio;   /* peak reserved / peak live */
+  /* The caching pool's work on its segments (0 for other pools). Added after the first
+   * version: a caller built against an older header sends a smaller struct_size and gets
+   * the fields above only. */
+  uint64_t segment_splits; /* ranges cut in two: spare pages, free ends, stitches */
+  uint64_t arena_growths;  /* times an arena grew in place */
+  uint64_t stitches;       /* requests served by free pages cut out of an arena */
+  size_t spare_bytes;      /* pages of released segments kept for the next one */
 } sdalloc_stats_t;
 
 /* Fills *stats with a snapshot of the pool's figures (each consistent; taken while other

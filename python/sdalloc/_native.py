@@ -68,7 +68,9 @@ class Stats(Structure):
         ("segment_releases", c_uint64), ("free_bytes", c_size_t),
         ("largest_free_block", c_size_t), ("pending_free_bytes", c_size_t),
         ("oom_retries", c_uint64), ("ooms", c_uint64), ("consolidations", c_uint64),
-        ("streams", c_size_t), ("fragmentation", c_double), ("peak_overhead_ratio", c_double)]
+        ("streams", c_size_t), ("fragmentation", c_double), ("peak_overhead_ratio", c_double),
+        ("segment_splits", c_uint64), ("arena_growths", c_uint64), ("stitches", c_uint64),
+        ("spare_bytes", c_size_t)]
 
 
 class StepStats(Structure):

@@ -355,6 +355,10 @@ sdalloc_status_t sdalloc_pool_stats(sdalloc_pool_t* pool, sdalloc_stats_t* stats
       c.streams = s.streams;
       c.fragmentation = s.fragmentation();
       c.peak_overhead_ratio = s.peak_overhead_ratio();
+      c.segment_splits = s.segment_splits;
+      c.arena_growths = s.arena_growths;
+      c.stitches = s.stitches;
+      c.spare_bytes = s.spare_bytes;
     });
   });
 }

@@ -226,6 +226,10 @@ static void stats_count_live_allocated_and_reserved_bytes(void) {
   CHECK(stats.ooms == 0);
   CHECK(stats.oom_retries == 0);
   CHECK(stats.streams == 1);
+  CHECK(stats.segment_splits == 0);
+  CHECK(stats.arena_growths == 0);
+  CHECK(stats.stitches == 0);
+  CHECK(stats.spare_bytes == 0);
 
   /* Freeing the middle block leaves two free blocks: some fragmentation. */
   CHECK_OK(sdalloc_free(pool, p[1], NULL));
@@ -258,6 +262,29 @@ static void stats_require_a_known_struct_size(void) {
   stats.struct_size = sizeof stats + 8;
   CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_stats(pool, &stats));
   CHECK_MESSAGE("stats->struct_size");
+  sdalloc_pool_destroy(pool);
+}
+
+/* A caller built against the first version of the header, whose struct ended at
+ * peak_overhead_ratio, gets those fields and nothing written past them. */
+static void stats_fill_an_older_callers_shorter_struct(void) {
+  g_test = "stats_fill_an_older_callers_shorter_struct";
+  sdalloc_pool_t* pool = new_pool(0);
+  void* p = NULL;
+  CHECK_OK(sdalloc_malloc(pool, 1000, NULL, &p));
+  sdalloc_stats_t stats;
+  memset(&stats, 0xCD, sizeof stats);
+  const size_t first_version = offsetof(sdalloc_stats_t, segment_splits);
+  stats.struct_size = first_version;
+  CHECK_OK(sdalloc_pool_stats(pool, &stats));
+  CHECK(stats.struct_size == first_version);
+  CHECK(stats.live_bytes == 1000);
+  CHECK(stats.peak_overhead_ratio == (double)SMALL_SEGMENT / 1000.0);
+  const unsigned char* bytes = (const unsigned char*)&stats;
+  size_t untouched = 0;
+  for (size_t i = first_version; i < sizeof stats; ++i) untouched += bytes[i] == 0xCD;
+  CHECK(untouched == sizeof stats - first_version);
+  CHECK_OK(sdalloc_free(pool, p, NULL));
   sdalloc_pool_destroy(pool);
 }
 
@@ -294,5 +321,6 @@ void run_step_and_stats_tests(void) {
   step_misuse_and_unplanned_pools_are_invalid_arguments();
   stats_count_live_allocated_and_reserved_bytes();
   stats_require_a_known_struct_size();
+  stats_fill_an_older_callers_shorter_struct();
   memory_stat_reads_pytorch_keys();
 }

@@ -52,6 +52,26 @@ def test_malloc_free_and_stats(pool):
     assert sdalloc.stats(pool)["reserved_bytes.all.current"] == 0
 
 
+def test_stats_count_the_caching_pools_work_on_its_segments(pool):
+    """An emptied stream's segments become one arena (consolidations), which a larger
+    request then grows in place (arena_growths): the pool's own counts reach Python."""
+    a, b = pool.malloc(4 * MiB), pool.malloc(4 * MiB)
+    pool.free(a)
+    pool.free(b)
+    c, d = pool.malloc(12 * MiB), pool.malloc(2 * MiB)  # the two go back to grow: a churn
+    pool.free(c)
+    pool.free(d)
+    small = pool.malloc(MiB)  # the stream was empty: one arena
+    large = pool.malloc(20 * MiB)  # more than the arena holds
+    s = sdalloc.stats(pool)
+    assert s["consolidations"] == 1, s
+    assert s["arena_growths"] == 1, s
+    assert s["stitches"] == 0, s  # a small pool's arena grows
+    assert s["segment_splits"] >= 0 and s["spare_bytes"] >= 0
+    pool.free(large)
+    pool.free(small)
+
+
 def test_memory_stats_has_torch_key_names_only(pool):
     keys = pool.memory_stats()
     for key in ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "num_ooms",

@@ -124,6 +124,8 @@ TEST(TorchShimHostPool, TheArenaGrowsInPlaceUnderTheCap) {
   void* large = take(20);
   ASSERT_NE(large, nullptr);
   EXPECT_EQ(reserved().segments, 1U) << "grown in place, no segment beside the arena";
+  EXPECT_EQ(reserved().arena_growths, 1U);
+  EXPECT_EQ(reserved().stitches, 0U) << "a small pool's arena grows";
   EXPECT_LE(reserved().reserved_bytes, 22 * kMiB);
   std::fill_n(static_cast<char*>(large), 20 * kMiB, '\x5a');  // the grown part is memory
   // A lower cap, set while the pool holds memory, refuses what would pass it.
