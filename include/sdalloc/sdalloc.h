@@ -337,7 +337,7 @@ typedef struct sdalloc_stats_t {
    * the fields above only. */
   uint64_t segment_splits; /* ranges cut in two: spare pages, free ends, stitches */
   uint64_t arena_growths;  /* times an arena grew in place */
-  uint64_t stitches;       /* requests served by free pages cut out of an arena */
+  uint64_t stitches;       /* requests for which free pages were cut out of an arena */
   size_t spare_bytes;      /* pages of released segments kept for the next one */
 } sdalloc_stats_t;
 

@@ -7,8 +7,10 @@
 
 #include <cstddef>
 #include <cstring>
+#include <functional>
 
 #include "policies/caching_pool_on_host.hpp"
+#include "support/fault_injection.hpp"
 #include "support/mapped_pages.hpp"
 
 namespace sdalloc {
@@ -33,9 +35,11 @@ void churn_to_an_empty_stream(CachingPool& pool) {
 // as [6 MiB][kept 1 MiB][6 MiB][kept 1 MiB][6 MiB] with the 6 MiB blocks freed and written
 // with 0x41: 18 MiB free in three pieces, the largest 6 MiB, the arena's free tail 6 MiB.
 // Then a 10 MiB request: the arena would grow by 4 MiB, to 24 MiB, 1.2 x the 20 MiB the
-// pool ever had allocated.
+// pool ever had allocated. `before_request` runs just before it (a test arms a fault there).
 struct FragmentedArena {
-  FragmentedArena(MemoryResource& upstream, CachingPoolOptions options) : pool(upstream, options) {
+  FragmentedArena(MemoryResource& upstream, CachingPoolOptions options,
+                  const std::function<void()>& before_request = {})
+      : pool(upstream, options) {
     churn_to_an_empty_stream(pool);
     void* pieces[3] = {};
     pieces[0] = pool.allocate(6 * MiB);  // consolidates first: one 20 MiB arena
@@ -50,6 +54,7 @@ struct FragmentedArena {
       pool.free(p);
     }
     grown_from = pool.stats();
+    if (before_request) before_request();
     big = pool.allocate(10 * MiB);
     std::memset(big, 0x5a, 10 * MiB);
   }
@@ -116,6 +121,31 @@ TEST_F(CachingPoolStitch, TurnedOffOrInASmallPoolTheArenaGrows) {
   EXPECT_EQ(in_small.pool.stats().stitches, 0u);
   EXPECT_TRUE(in_small.kept_intact());
   in_small.pool.check_invariants();
+}
+
+// The stitched segment is refused (its coalesce fails after the arena was cut): the cut
+// pages went back with the coalesce, as it promises, the pool retries once with fresh
+// memory, and the live blocks and the pool's books are intact; nothing is held twice.
+TEST_F(CachingPoolStitch, ARefusedStitchedSegmentLeavesThePoolConsistent) {
+  test::FaultPlan plan;
+  test::FaultInjectingResource faulty(upstream_, plan);
+  FragmentedArena run(faulty, large_pool_options(), [&] {
+    plan.count_only({test::ResourceCall::kCoalesce, test::ResourceCall::kAllocate});
+    plan.fail_call(0);  // the coalesce of the cut runs into the stitched segment
+  });
+  EXPECT_EQ(plan.failures(), 1u);
+  const PoolStats s = run.pool.stats();
+  EXPECT_EQ(s.stitches, 1u) << "the arena was cut before the refusal";
+  EXPECT_EQ(s.arena_growths, 0u);
+  EXPECT_EQ(s.ooms, 0u) << "the retry served it";
+  EXPECT_EQ(upstream_.stats().current_bytes, s.reserved_bytes) << "no range held twice or lost";
+  EXPECT_TRUE(run.kept_intact());
+  std::memset(run.big, 0x5a, 10 * MiB);
+  run.pool.check_invariants();
+  run.pool.free(run.big);
+  for (void* k : run.kept) run.pool.free(k);
+  run.pool.trim();
+  EXPECT_EQ(upstream_.stats().current_bytes, 0u);
 }
 
 // Growth within 1/16 of the most the pool ever allocated keeps the arena whole, though

@@ -43,7 +43,7 @@ struct PoolStats {
   std::uint64_t failed_releases = 0;      // deallocate calls that failed: left to the resource
   std::uint64_t segment_splits = 0;       // CachingPool: ranges cut in two (spare pages, free ends)
   std::uint64_t arena_growths = 0;        // CachingPool: times an arena grew in place
-  std::uint64_t stitches = 0;             // CachingPool: requests served by an arena's cut pages
+  std::uint64_t stitches = 0;  // CachingPool: requests an arena's free pages were cut for
 
   std::size_t free_bytes = 0;          // reserved - allocated - spare: cached, reusable
   std::size_t largest_free_block = 0;  // the biggest single request servable without growing
