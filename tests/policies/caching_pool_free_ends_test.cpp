@@ -123,13 +123,7 @@ TEST_F(CachingPoolFreeEndRules, OnlyASmallPoolsArenaGivesItsFreeEnd) {
     CachingPoolOptions options = small ? CachingPoolOptions{} : large_pool_options();
     options.grow_arena = false;
     CachingPool pool(upstream_, options);
-    // Churn (a segment released to grow past the peak), then the stream empties.
-    void* a = pool.allocate(MiB);
-    void* b = pool.allocate(MiB);
-    pool.free(a);
-    void* c = pool.allocate(3 * MiB / 2);
-    pool.free(b);
-    pool.free(c);
+    test::churn_to_an_empty_stream(pool, MiB);
     void* kept = pool.allocate(MiB / 4);  // consolidates first: the arena's only block
     ASSERT_EQ(pool.stats().consolidations, 1u) << small;
     ASSERT_EQ(pool.stats().segments, 1u) << small;

@@ -31,6 +31,19 @@ inline CachingPoolOptions uncut_large_pool_options() {
   return options;
 }
 
+// The usual way to a consolidation: two segments of `unit` bytes, the first freed and
+// released to grow past the peak for one of 1.5 x `unit` (a churn), then the stream empties,
+// so that its next allocation makes one arena of the peak (2.5 x `unit`, plus what the
+// pool's rules add).
+inline void churn_to_an_empty_stream(CachingPool& pool, std::size_t unit) {
+  void* a = pool.allocate(unit);
+  void* b = pool.allocate(unit);
+  pool.free(a);
+  void* c = pool.allocate(unit + unit / 2);
+  pool.free(b);
+  pool.free(c);
+}
+
 class CachingPoolOnHost : public ::testing::Test {
  protected:
   HostResource host_;

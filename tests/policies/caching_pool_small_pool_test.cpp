@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 
+#include "policies/caching_pool_on_host.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
@@ -65,13 +66,7 @@ TEST_F(SmallPoolTest, ZeroLimitTurnsTheRuleOff) {
 
 TEST_F(SmallPoolTest, TheConsolidatedArenaOfASmallPoolRoundsToTheSmallGranularity) {
   CachingPool pool(upstream_);
-  // Churn: two segments, the first released to grow past the peak, then the stream empties.
-  void* a = pool.allocate(1 * MiB);
-  void* b = pool.allocate(1 * MiB);
-  pool.free(a);
-  void* c = pool.allocate(1536 * KiB);
-  pool.free(b);
-  pool.free(c);
+  test::churn_to_an_empty_stream(pool, MiB);
   void* d = pool.allocate(64 * KiB);  // consolidates first
   const PoolStats s = pool.stats();
   EXPECT_EQ(s.consolidations, 1u);

@@ -20,17 +20,6 @@ using test::bytes_of;
 using test::large_pool_options;
 using test::MiB;
 
-// Two segments, one released to grow past the peak (a churn), then the stream empties: its
-// next allocation consolidates them into one 20 MiB arena.
-void churn_to_an_empty_stream(CachingPool& pool) {
-  void* a = pool.allocate(8 * MiB);
-  void* b = pool.allocate(8 * MiB);
-  pool.free(a);
-  void* c = pool.allocate(12 * MiB);
-  pool.free(b);
-  pool.free(c);
-}
-
 // A 20 MiB arena (two segments churned, then consolidated when the stream emptied), tiled
 // as [6 MiB][kept 1 MiB][6 MiB][kept 1 MiB][6 MiB] with the 6 MiB blocks freed and written
 // with 0x41: 18 MiB free in three pieces, the largest 6 MiB, the arena's free tail 6 MiB.
@@ -40,7 +29,7 @@ struct FragmentedArena {
   FragmentedArena(MemoryResource& upstream, CachingPoolOptions options,
                   const std::function<void()>& before_request = {})
       : pool(upstream, options) {
-    churn_to_an_empty_stream(pool);
+    test::churn_to_an_empty_stream(pool, 8 * MiB);  // one 20 MiB arena next
     void* pieces[3] = {};
     pieces[0] = pool.allocate(6 * MiB);  // consolidates first: one 20 MiB arena
     kept[0] = pool.allocate(MiB);
@@ -153,8 +142,8 @@ TEST_F(CachingPoolStitch, ARefusedStitchedSegmentLeavesThePoolConsistent) {
 // call, where a stitch is made again in each.
 TEST_F(CachingPoolStitch, ASmallGrowthGrowsTheArena) {
   CachingPool pool(upstream_, large_pool_options());
-  churn_to_an_empty_stream(pool);
-  void* front = pool.allocate(2 * MiB);  // consolidates first: the 20 MiB arena
+  test::churn_to_an_empty_stream(pool, 8 * MiB);  // one 20 MiB arena next
+  void* front = pool.allocate(2 * MiB);           // consolidates first: the 20 MiB arena
   void* kept = pool.allocate(MiB / 2);
   void* rest = pool.allocate(35 * MiB / 2);
   ASSERT_EQ(pool.stats().reserved_bytes, 20 * MiB);
