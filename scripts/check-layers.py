@@ -17,12 +17,12 @@ import re
 import sys
 
 # Layer -> rank. src/pool (the blocks, shards and stream-ordered core the pools share) sits
-# under the pools. cuda is a library of its own (libsdalloc_cuda.a) built on the whole host
-# library: its resources use core/, its DevicePool stacks a CachingPool; the host library
-# never includes it, nor does the C API (equal rank). config reads SDALLOC_CONF for the
-# front ends that take it (the shim, the CPU drop-in). transfer (the TransferEngine, staging,
-# weight offload) sits beside the pools: it uses core/ and resources/ only, so the C API can
-# wrap it and the CUDA layer can give it a device backend.
+# under the pools. config builds every pool (make_pool) and reads SDALLOC_CONF; the C API and
+# the front ends above it use it. cuda is a library of its own (libsdalloc_cuda.a) built on
+# the host library: its resources and its backend (memory for make_pool) use core/ and
+# resources/; the host library never includes it, nor does config (equal rank). transfer
+# (the TransferEngine, staging, weight offload) sits beside the pools: it uses core/ and
+# resources/ only, so the C API can wrap it and the CUDA layer can give it a device backend.
 RANKS = {
     "core": 0,
     "trace": 1,
@@ -31,9 +31,9 @@ RANKS = {
     "planner": 3,
     "policies": 4,
     "transfer": 4,
-    "c_api": 5,
+    "config": 5,
     "cuda": 5,
-    "config": 6,
+    "c_api": 6,
     "torch_shim": 7,
     "preload": 7,
     "onnxruntime": 7,

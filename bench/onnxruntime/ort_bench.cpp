@@ -10,7 +10,7 @@
 //   ort-plain       neither arena nor patterns (glibc malloc)
 //   sdalloc-pool    sdalloc's CachingPool as the env allocator, no patterns
 //   sdalloc-vmm     sdalloc's VirtualMemoryPool, no patterns
-//   sdalloc-planned sdalloc's PlannedArena with planned_session_options(), each Run() one
+//   sdalloc-planned sdalloc's PlannedArena with planned_session_conf(), each Run() one
 //                   step (PlannedSession), no patterns
 //
 // Measured the same way for all: peak RSS growth over the runs (VmHWM reset through
@@ -40,11 +40,12 @@
 #include <vector>
 
 #include "onnxruntime/model_runner.hpp"
+#include "sdalloc/config/make_pool.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/onnxruntime/ort_allocator.hpp"
 #include "sdalloc/onnxruntime/planned_run.hpp"
+#include "sdalloc/resources/host_backend.hpp"
 #include "sdalloc/resources/host_resource.hpp"
-#include "sdalloc/resources/host_virtual_memory.hpp"
 
 namespace so = sdalloc::onnxruntime;
 
@@ -97,7 +98,7 @@ struct Args {
   int threads = 1;
   // The segment granularity and smallest segment of sdalloc-pool's CachingPool and of
   // sdalloc-planned's fallback pool; 0: each one's default (CachingPoolOptions' 2 MiB, and
-  // planned_session_options()' 4 KiB).
+  // planned_session_conf()'s 4 KiB).
   std::size_t segment_kib = 0;
 };
 
@@ -137,8 +138,6 @@ int run(const Args& args) {
 
   so::SessionSettings settings;
   settings.intra_op_threads = args.threads;
-  sdalloc::HostResource host;
-  sdalloc::HostVirtualMemory memory;
   std::unique_ptr<so::OrtPoolAllocator> allocator;
   std::unique_ptr<so::OrtEnvAllocator> registered;
   bool ort_arena_stats = false;
@@ -169,27 +168,16 @@ int run(const Args& args) {
     settings.cpu_arena = false;
     settings.mem_pattern = false;
   } else if (c == "sdalloc-pool" || c == "sdalloc-vmm" || c == "sdalloc-planned") {
-    std::shared_ptr<sdalloc::AnyPool> pool;
-    if (c == "sdalloc-pool") {
-      sdalloc::CachingPoolOptions options;
-      if (args.segment_kib != 0) {
-        options.segment_granularity = args.segment_kib << 10;
-        options.min_segment_size = args.segment_kib << 10;
-      }
-      pool = std::make_shared<sdalloc::PoolOf<sdalloc::CachingPool>>(host, options);
+    sdalloc::PoolConf conf;
+    if (c == "sdalloc-pool") conf.mode = sdalloc::PoolMode::kPool;
+    if (c == "sdalloc-vmm") conf.mode = sdalloc::PoolMode::kVmm;
+    if (c == "sdalloc-planned") conf = so::planned_session_conf();
+    if (args.segment_kib != 0) {
+      conf.pool.segment_granularity = args.segment_kib << 10;
+      conf.pool.min_segment_size = args.segment_kib << 10;
     }
-    if (c == "sdalloc-vmm") {
-      pool = std::make_shared<sdalloc::PoolOf<sdalloc::VirtualMemoryPool>>(memory);
-    }
-    if (c == "sdalloc-planned") {
-      sdalloc::PlannedArenaOptions options = so::planned_session_options();
-      if (args.segment_kib != 0) {
-        options.fallback.segment_granularity = args.segment_kib << 10;
-        options.fallback.min_segment_size = args.segment_kib << 10;
-        options.fallback.small_pool_limit = sdalloc::CachingPoolOptions{}.small_pool_limit;
-      }
-      pool = std::make_shared<sdalloc::PoolOf<sdalloc::PlannedArena>>(host, options);
-    }
+    std::shared_ptr<sdalloc::AnyPool> pool =
+        sdalloc::share_pool(sdalloc::make_pool(conf, sdalloc::host_backend()));
     allocator = std::make_unique<so::OrtPoolAllocator>(pool);
     registered = std::make_unique<so::OrtEnvAllocator>(env, *allocator);
     settings.mem_pattern = false;

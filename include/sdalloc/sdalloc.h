@@ -106,8 +106,8 @@ SDALLOC_API const char* sdalloc_version(void) SDALLOC_NOEXCEPT;
 /* An opaque stream handle: a cudaStream_t on NVIDIA GPUs; NULL is the default stream. */
 typedef void* sdalloc_stream_t;
 
-/* A caching pool and the resource stack below it. Create with sdalloc_pool_create, destroy
- * with sdalloc_pool_destroy. */
+/* A pool and the memory below it. Create with sdalloc_pool_create, destroy with
+ * sdalloc_pool_destroy. */
 typedef struct sdalloc_pool sdalloc_pool_t;
 
 /* Where a pool's segments come from. */
@@ -121,73 +121,85 @@ typedef enum sdalloc_resource_kind_t {
    * field appended to sdalloc_pool_config_t. */
 } sdalloc_resource_kind_t;
 
+/* Which pool serves the requests (docs/pools.md). */
+typedef enum sdalloc_pool_mode_t {
+  /* VMM where the resource's memory can be mapped page by page (SDALLOC_RESOURCE_HOST: a
+   * memfd), POOL otherwise (SDALLOC_RESOURCE_HOST_HUGEPAGES). */
+  SDALLOC_MODE_AUTO = 0,
+  /* The segment cache: a CachingPool over whole segments of the resource. */
+  SDALLOC_MODE_POOL = 1,
+  /* A VirtualMemoryPool: physical pages mapped into reserved address ranges and moved under
+   * the requests that need them, so free memory is never stranded in pieces. */
+  SDALLOC_MODE_VMM = 2,
+  /* A repeated step served from one planned arena (sdalloc_pool_begin_step ... end_step),
+   * everything else from a CachingPool. */
+  SDALLOC_MODE_PLANNED = 3
+} sdalloc_pool_mode_t;
+
 /* How to build a pool. Always call sdalloc_pool_config_init first, then change fields:
  * it sets struct_size and every default, so code stays source- and binary-compatible when
- * fields are appended. The defaults are those of the C++ CachingPoolOptions. */
+ * fields are appended. The defaults are those of SDALLOC_CONF (sdalloc::PoolConf); each field
+ * is one row of its table (docs/pools.md), whose key is named below. */
 typedef struct sdalloc_pool_config_t {
   /* sizeof(sdalloc_pool_config_t) as the caller compiled it; set by the init function. */
   size_t struct_size;
   /* Where segments come from. Default SDALLOC_RESOURCE_HOST. */
   sdalloc_resource_kind_t resource;
   /* Most bytes the pool may hold from the resource, like a device of that size (requests
-   * beyond it fail with SDALLOC_ERROR_OUT_OF_MEMORY). 0 (default) = unlimited. */
+   * beyond it fail with SDALLOC_ERROR_OUT_OF_MEMORY). 0 (default) = unlimited. [capacity] */
   size_t capacity;
-  /* Bytes taken as one segment at creation and kept until destruction. Default 0. Must be a
-   * multiple of segment_granularity. */
+  /* mode POOL: bytes taken as one segment at creation and kept until destruction. Default 0.
+   * Must be a multiple of segment_granularity. [initial_reservation] */
   size_t initial_reservation;
-  /* Segments are multiples of this; a power of two >= 4 KiB. Default 2 MiB. */
+  /* mode POOL: segments are multiples of this; a power of two >= 4 KiB. Default 2 MiB.
+   * [granularity] */
   size_t segment_granularity;
-  /* Smallest segment asked for; a multiple of segment_granularity. Default 2 MiB. */
+  /* mode POOL: smallest segment asked for; a multiple of segment_granularity. Default 2 MiB.
+   * [min_segment] */
   size_t min_segment_size;
-  /* Requests of at least this many bytes get a segment of their own, reused only by
-   * requests of about the same size. At least segment_granularity. Default 8 MiB. */
+  /* mode POOL: requests of at least this many bytes get a segment of their own, reused only
+   * by requests of about the same size. At least segment_granularity. Default 8 MiB.
+   * [huge_threshold] */
   size_t huge_threshold;
-  /* Before a growth that would raise reserved bytes above their previous peak, return
-   * wholly free segments to the resource first. Default true. */
+  /* mode POOL: before a growth that would raise reserved bytes above their previous peak,
+   * return wholly free segments to the resource first. Default true.
+   * [release_before_growth] */
   bool release_cached_before_growth;
-  /* When a stream that released segments to grow becomes empty while holding several
-   * segments, replace them with one arena of its peak size, so a repeated loop stops
-   * releasing and re-taking memory. Default true. */
+  /* mode POOL: when the work of a stream that released segments to grow has gone through a
+   * whole cycle (it is empty, or back at its low after a step), its free segments become one
+   * arena of its peak size, so a repeated loop stops releasing and re-taking memory. Default
+   * true. [consolidate] */
   bool consolidate_when_empty;
   /* Planned pools (below): divergent steps in a row after which the plan is dropped and
-   * the next step is recorded again. At least 1. Default 3. */
+   * the next step is recorded again. At least 1. Default 3. [replan_after] */
   size_t replan_after_divergent_steps;
-  /* Serve a repeated step (one iteration of a denoising loop) from one planned arena: the
-   * pool records the allocations made between sdalloc_pool_begin_step and
-   * sdalloc_pool_end_step once, plans every buffer an offset in one arena as small as the
-   * step's peak of live bytes allows, and serves later steps from it by position (see
-   * PlannedArena in sdalloc/policies/planned_arena.hpp). Allocations outside steps, on other
-   * streams, or after a step left the recorded sequence come from the caching pool configured
-   * above. Default false. (It follows replan_after_divergent_steps so that it lies past the first
-   * version's trailing padding, which callers of that version did not always zero.) */
+  /* The same as mode SDALLOC_MODE_PLANNED, for callers of the first versions, which had no
+   * mode: a repeated step (one iteration of a denoising loop) served from one planned arena
+   * (PlannedArena in sdalloc/policies/planned_arena.hpp). Default false. (It follows
+   * replan_after_divergent_steps so that it lies past the first version's trailing padding,
+   * which callers of that version did not always zero.) */
   bool planned;
   /* Planned pools: plans kept at once, one per kind of step (another image size, another
    * batch); the step's first allocation picks its plan, and all share one arena as large as
-   * the largest. At least 1. Default 4. */
+   * the largest. At least 1. Default 4. [max_plans] */
   size_t max_plans;
   /* Planned pools: the planner's search stops after this many nodes (and after 1 s, as
    * always), so a step gets the same plan on every machine and every run. 0 (default): only
-   * the time limit. */
+   * the time limit. [plan_nodes] */
   size_t planner_max_search_nodes;
-  /* While the pool holds less than small_pool_limit bytes (its peak, with the request),
-   * segments are multiples of small_granularity (a power of two >= 4 KiB; at most
-   * segment_granularity) and min_segment_size does not apply, so a pool of a few MiB does
-   * not hold 2 MiB of rounding per segment. Defaults 64 MiB and 128 KiB; 0 turns it off. */
+  /* Retired in 0.2, kept so that callers keep compiling and running: the caching pool's
+   * host-only half (small pools, spare pages, arena growth, free ends) is gone, since vmm
+   * moves pages wherever memory is virtual. Accepted and ignored; a value other than the
+   * one sdalloc_pool_config_init sets prints one warning line on stderr. */
   size_t small_pool_limit;
   size_t small_granularity;
-  /* The segments a pool releases to grow that the new one does not need are kept (held,
-   * never beyond the segments' peak) and give their pages to the next segment or arena
-   * instead of fresh ones: no page faults again on host memory. Default true. */
   bool keep_spare_pages;
-  /* A miss in a stream whose segments became one arena grows the arena in place by what the
-   * request lacks (host memory reserves address space behind each range for it), instead
-   * of taking a segment beside it for good; such an arena holds no headroom. Default true. */
   bool grow_arena;
-  /* Before the pool grows past its peak, the free pages at the ends of segments that still
-   * hold tensors are cut off them and given to the new segment, as wholly free segments
-   * are (host memory; the cut is moved, not faulted in again); where an arena would grow
-   * by more than 1/16, its free pages between tensors too. Default true. */
   bool cut_free_ends;
+  /* Which pool (appended in 0.2; a caller built against an older header, whose struct_size
+   * ends before it, gets SDALLOC_MODE_POOL, the pool those versions built). Default
+   * SDALLOC_MODE_AUTO. [mode] */
+  sdalloc_pool_mode_t mode;
 } sdalloc_pool_config_t;
 
 /* Fills the first struct_size bytes of *config with the defaults (at most this library's
@@ -332,13 +344,13 @@ typedef struct sdalloc_stats_t {
   size_t streams;               /* streams the pool has served */
   double fragmentation;         /* 1 - largest_free_block / free_bytes, in [0, 1] */
   double peak_overhead_ratio;   /* peak reserved / peak live */
-  /* The caching pool's work on its segments (0 for other pools). Added after the first
-   * version: a caller built against an older header sends a smaller struct_size and gets
-   * the fields above only. */
-  uint64_t segment_splits; /* ranges cut in two: spare pages, free ends, stitches */
-  uint64_t arena_growths;  /* times an arena grew in place */
-  uint64_t stitches;       /* requests for which free pages were cut out of an arena */
-  size_t spare_bytes;      /* pages of released segments kept for the next one */
+  /* Added after the first version: a caller built against an older header sends a smaller
+   * struct_size and gets the fields above only. The first three counted the caching pool's
+   * page work, retired in 0.2: always 0. */
+  uint64_t segment_splits;
+  uint64_t arena_growths;
+  uint64_t stitches;
+  size_t spare_bytes; /* mode VMM: physical chunks held but mapped nowhere */
 } sdalloc_stats_t;
 
 /* Fills *stats with a snapshot of the pool's figures (each consistent; taken while other

@@ -6,13 +6,14 @@ traces are always available; sdalloc.torch adds PyTorch integration.
 
     import sdalloc
     pool = sdalloc.Pool(capacity=8 << 30)          # host pool that behaves like an 8 GiB card
+    sdalloc.Pool(mode="pool")                      # the segment cache instead of pages
     t = pool.tensor((1024, 1024), "float16")       # a DLPack-exportable host tensor
     x = torch.utils.dlpack.from_dlpack(t)          # memory returns to the pool when x dies
     sdalloc.stats(pool)["reserved_bytes.all.peak"]
     sdalloc.dump_snapshot("snap.pickle", pool)     # pytorch.org/memory_viz reads it
     with sdalloc.record("trace.csv", pool):        # an event trace `sdalloc replay` reads
         ...
-    planned = sdalloc.Pool(planned=True)           # serves a repeated step from one arena
+    planned = sdalloc.Pool(mode="planned")         # serves a repeated step from one arena
     for _ in range(steps):
         with planned.step():                       # recorded once, then replayed by position
             ...
@@ -30,6 +31,7 @@ tree's build directories (see sdalloc._native).
 """
 
 import pickle
+import warnings
 from ctypes import byref, c_int64, c_size_t, c_uint64, c_void_p, sizeof
 
 from . import _native
@@ -50,22 +52,26 @@ def version():
 
 
 class Pool:
-    """A caching pool: a C API pool handle and the library it belongs to.
+    """A pool: a C API pool handle and the library it belongs to.
 
-    Pool(**options) creates a host pool (libsdalloc.so); options are the fields of
-    sdalloc_pool_config_t: capacity, initial_reservation, segment_granularity,
-    min_segment_size, huge_threshold, small_pool_limit, small_granularity,
-    release_cached_before_growth, consolidate_when_empty, keep_spare_pages, grow_arena,
-    cut_free_ends, planned,
-    replan_after_divergent_steps, max_plans, hugepages (bool). Pools of the
-    PyTorch shim come from sdalloc.torch.pool(device).
+    Pool(mode="auto", **options) creates a host pool (libsdalloc.so). mode picks the pool
+    (docs/pools.md): "vmm" maps 64 KiB pages of a memfd and moves them under the requests
+    that need them; "pool" is the segment cache over whole mmap'd segments; "planned" serves
+    a repeated step from one planned arena; "auto" (default) is vmm, or pool with
+    hugepages=True (transparent huge pages come in whole segments). options are the other
+    fields of sdalloc_pool_config_t: capacity (every mode); initial_reservation,
+    segment_granularity, min_segment_size, huge_threshold, release_cached_before_growth,
+    consolidate_when_empty (the segment cache, also under planned); replan_after_divergent_steps,
+    max_plans, planner_max_search_nodes (planned). planned=True is mode="planned". Pools
+    of the PyTorch shim come from sdalloc.torch.pool(device).
 
-    A planned pool (planned=True) serves a repeated step from one planned arena: mark each
-    step with `with pool.step(stream):` (or begin_step() / end_step()); the first step is
-    recorded, later ones are served by position while they repeat it (see step_stats()).
+    A planned pool serves a repeated step from one planned arena: mark each step with
+    `with pool.step(stream):` (or begin_step() / end_step()); the first step is recorded,
+    later ones are served by position while they repeat it (see step_stats()).
     """
 
-    def __init__(self, hugepages=False, _handle=None, _library=None, _owned=True, **options):
+    def __init__(self, mode="auto", hugepages=False, _handle=None, _library=None, _owned=True,
+                 **options):
         self._lib = _library or _native.host()
         self._owned = _owned
         self._handle = None
@@ -73,18 +79,27 @@ class Pool:
         if _handle is not None:
             self._handle = _handle
             return
+        if mode not in _native.POOL_MODES:
+            raise ValueError(f"sdalloc.Pool: unknown mode {mode!r} (one of "
+                             f"{', '.join(_native.POOL_MODES)})")
         config = _native.PoolConfig()
         self._lib.c.sdalloc_pool_config_init_sized(byref(config), sizeof(config))
         config.resource = 1 if hugepages else 0
+        config.mode = _native.POOL_MODES[mode]
         for name, value in options.items():
             if name not in dict(_native.PoolConfig._fields_) or name in ("struct_size",
-                                                                         "resource"):
+                                                                         "resource", "mode"):
                 raise TypeError(f"sdalloc.Pool: unknown option {name!r}")
+            if name in _native.RETIRED_POOL_FIELDS:
+                warnings.warn(f"sdalloc.Pool: {name} no longer has any effect (retired in "
+                              "0.2: mode='vmm' moves pages; docs/pools.md)",
+                              DeprecationWarning, stacklevel=2)
+                continue
             setattr(config, name, value)
         handle = c_void_p()
         self._lib.check(self._lib.c.sdalloc_pool_create(byref(config), byref(handle)))
         self._handle = handle.value
-        self._planned = bool(config.planned)
+        self._planned = bool(config.planned) or mode == "planned"
 
     @property
     def handle(self):

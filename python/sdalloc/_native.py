@@ -54,7 +54,13 @@ class PoolConfig(Structure):
                 ("max_plans", c_size_t), ("planner_max_search_nodes", c_size_t),
                 ("small_pool_limit", c_size_t), ("small_granularity", c_size_t),
                 ("keep_spare_pages", c_bool), ("grow_arena", c_bool),
-                ("cut_free_ends", c_bool)]
+                ("cut_free_ends", c_bool), ("mode", c_int)]
+
+# sdalloc_pool_mode_t, by the name SDALLOC_CONF spells (docs/pools.md).
+POOL_MODES = {"auto": 0, "pool": 1, "vmm": 2, "planned": 3}
+# Fields kept in the struct for old callers, ignored by the library since 0.2.
+RETIRED_POOL_FIELDS = ("small_pool_limit", "small_granularity", "keep_spare_pages",
+                       "grow_arena", "cut_free_ends")
 
 
 class Stats(Structure):

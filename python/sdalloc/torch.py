@@ -59,10 +59,12 @@ from ._native import SdallocError
 # SDALLOC_CONF's keys in the shim's order (its option table, src/torch_shim/shim_config.cpp),
 # so a typo fails before the shim is loaded; tests/python/test_sdalloc_torch_shim.py checks
 # that they are the table's keys.
-_CONFIG_KEYS = ("backend", "segments", "mode", "capacity", "memory_fraction", "replan_after",
-                "max_plans", "plan_nodes", "granularity", "min_segment", "huge_threshold",
-                "small_pool", "small_granularity", "initial_reservation", "release_before_growth",
-                "consolidate", "spare_pages", "grow_arena", "cut_free_ends")
+_CONFIG_KEYS = ("backend", "mode", "capacity", "memory_fraction", "replan_after", "max_plans",
+                "plan_nodes", "granularity", "min_segment", "huge_threshold",
+                "initial_reservation", "release_before_growth", "consolidate")
+# Keys retired in 0.2: still passed on (the shim ignores them with one warning line).
+_RETIRED_KEYS = ("segments", "small_pool", "small_granularity", "spare_pages", "grow_arena",
+                 "cut_free_ends")
 
 _installed = {"allocator": None, "conf": None}
 
@@ -87,7 +89,7 @@ def conf_string(**config):
             key, value = item.split(":", 1)
             pairs[key.strip()] = value.strip()
     for key, value in config.items():
-        if key not in _CONFIG_KEYS:
+        if key not in _CONFIG_KEYS and key not in _RETIRED_KEYS:
             raise TypeError(f"sdalloc.torch: unknown setting {key!r} "
                             f"(known: {', '.join(_CONFIG_KEYS)})")
         if isinstance(value, bool):

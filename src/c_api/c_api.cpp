@@ -19,23 +19,23 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "c_api/boundary.hpp"
+#include "c_api/c_config.hpp"
 #include "c_api/c_pool.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/core/pool_layout.hpp"
 #include "sdalloc/core/pool_stats.hpp"
 #include "sdalloc/core/tensor.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/policies/planned_arena.hpp"
-#include "sdalloc/resources/host_resource.hpp"
-#include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/version.hpp"
 
 struct sdalloc_layout {
@@ -64,36 +64,13 @@ static_assert(SDALLOC_BLOCK_FREE == static_cast<int>(sdalloc::BlockState::kFree)
 static_assert(SDALLOC_BLOCK_LIVE == static_cast<int>(sdalloc::BlockState::kLive));
 static_assert(SDALLOC_BLOCK_PENDING_FREE == static_cast<int>(sdalloc::BlockState::kPendingFree));
 
-// A host stack as the config describes it: host memory, capped when capacity is set.
-std::unique_ptr<sdalloc_pool> make_host_pool(const sdalloc_pool_config_t& config) {
-  sdalloc::HostResourceOptions host_options;
-  host_options.transparent_huge_pages = config.resource == SDALLOC_RESOURCE_HOST_HUGEPAGES;
-  std::vector<std::unique_ptr<sdalloc::MemoryResource>> stack;
-  stack.push_back(std::make_unique<sdalloc::HostResource>(host_options));
-  if (config.capacity != 0) {
-    stack.push_back(std::make_unique<sdalloc::LimitResource>(*stack.back(), config.capacity));
-  }
-  sdalloc::CachingPoolOptions options;
-  options.initial_reservation = config.initial_reservation;
-  options.segment_granularity = config.segment_granularity;
-  options.min_segment_size = config.min_segment_size;
-  options.huge_threshold = config.huge_threshold;
-  options.small_pool_limit = config.small_pool_limit;
-  options.small_granularity = config.small_granularity;
-  options.release_cached_before_growth = config.release_cached_before_growth;
-  options.consolidate_when_empty = config.consolidate_when_empty;
-  options.keep_spare_pages = config.keep_spare_pages;
-  options.grow_arena = config.grow_arena;
-  options.cut_free_ends = config.cut_free_ends;
-  if (config.planned) {
-    sdalloc::PlannedArenaOptions planned;
-    planned.replan_after_divergent_steps = config.replan_after_divergent_steps;
-    planned.max_plans = config.max_plans;
-    planned.planner_max_search_nodes = config.planner_max_search_nodes;
-    planned.fallback = options;
-    return std::make_unique<sdalloc_pool>(std::move(stack), nullptr, planned);
-  }
-  return std::make_unique<sdalloc_pool>(std::move(stack), nullptr, options);
+// A retired field's warning, once per process and field: a program that creates many pools
+// is told once.
+void warn_once(const std::string& line) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard lock(mutex);
+  if (said.insert(line).second) std::fprintf(stderr, "sdalloc_pool_create: %s\n", line.c_str());
 }
 
 const sdalloc::SegmentLayout& segment_of(const sdalloc_layout_t* layout, std::size_t segment) {
@@ -181,28 +158,7 @@ void(sdalloc_pool_config_init)(sdalloc_pool_config_t* config) noexcept {
 }
 
 void sdalloc_pool_config_init_sized(sdalloc_pool_config_t* out, std::size_t struct_size) noexcept {
-  sdalloc_pool_config_t full;
-  const sdalloc::CachingPoolOptions defaults;
-  std::memset(&full, 0, sizeof full);  // padding too, so configs compare bytewise
-  full.resource = SDALLOC_RESOURCE_HOST;
-  full.capacity = 0;
-  full.initial_reservation = defaults.initial_reservation;
-  full.segment_granularity = defaults.segment_granularity;
-  full.min_segment_size = defaults.min_segment_size;
-  full.huge_threshold = defaults.huge_threshold;
-  full.release_cached_before_growth = defaults.release_cached_before_growth;
-  full.consolidate_when_empty = defaults.consolidate_when_empty;
-  full.planned = false;
-  const sdalloc::PlannedArenaOptions planned_defaults;
-  full.replan_after_divergent_steps = planned_defaults.replan_after_divergent_steps;
-  full.max_plans = planned_defaults.max_plans;
-  full.planner_max_search_nodes = planned_defaults.planner_max_search_nodes;
-  full.small_pool_limit = defaults.small_pool_limit;
-  full.small_granularity = defaults.small_granularity;
-  full.keep_spare_pages = defaults.keep_spare_pages;
-  full.grow_arena = defaults.grow_arena;
-  full.cut_free_ends = defaults.cut_free_ends;
-  copy_defaults(full, out, struct_size);
+  copy_defaults(sdalloc::c_api_detail::config_defaults(), out, struct_size);
 }
 
 sdalloc_status_t sdalloc_pool_create(const sdalloc_pool_config_t* config,
@@ -212,24 +168,19 @@ sdalloc_status_t sdalloc_pool_create(const sdalloc_pool_config_t* config,
     require(out != nullptr, "out is NULL");
     // Start from the defaults and copy what the caller's struct holds: a caller built
     // against an older, shorter struct gets the defaults for the fields it does not know.
-    sdalloc_pool_config_t effective;
-    sdalloc_pool_config_init(&effective);
+    sdalloc_pool_config_t effective = sdalloc::c_api_detail::config_defaults();
+    std::size_t given = sizeof effective;
     if (config != nullptr) {
       check_struct_size("config", config->struct_size, kConfigFirstSize, sizeof effective,
                         "initialise the config with sdalloc_pool_config_init");
-      std::memcpy(&effective, config, config->struct_size);
+      given = config->struct_size;
+      std::memcpy(&effective, config, given);
     }
-    const std::int32_t resource = raw_value(effective.resource);
-    switch (resource) {
-      case SDALLOC_RESOURCE_HOST:
-      case SDALLOC_RESOURCE_HOST_HUGEPAGES:
-        break;
-      default:
-        throw sdalloc::InvalidArgument(
-            "unknown resource kind " + std::to_string(resource) +
-            " (this build offers SDALLOC_RESOURCE_HOST and SDALLOC_RESOURCE_HOST_HUGEPAGES)");
-    }
-    *out = make_host_pool(effective).release();
+    std::vector<std::string> warnings;
+    const sdalloc::PoolConf conf = sdalloc::c_api_detail::pool_conf_of(effective, given, warnings);
+    sdalloc::MemoryBackend backend = sdalloc::c_api_detail::backend_of(effective);
+    for (const std::string& line : warnings) warn_once(line);
+    *out = std::make_unique<sdalloc_pool>(sdalloc::make_pool(conf, std::move(backend))).release();
   });
 }
 
@@ -241,7 +192,7 @@ sdalloc_status_t sdalloc_malloc(sdalloc_pool_t* pool, std::size_t size, sdalloc_
   return guarded(__func__, [&] {
     sdalloc::AnyPool& handle_pool = pool_of(pool);
     require(out != nullptr, "out is NULL");
-    *out = handle_pool.allocate(size, sdalloc::CachingPool::kRounding, stream_of(stream));
+    *out = handle_pool.allocate(size, sdalloc::kPoolRounding, stream_of(stream));
     pool->recorder.on_allocate(*out, size, stream_of(stream));
   });
 }
@@ -355,9 +306,6 @@ sdalloc_status_t sdalloc_pool_stats(sdalloc_pool_t* pool, sdalloc_stats_t* stats
       c.streams = s.streams;
       c.fragmentation = s.fragmentation();
       c.peak_overhead_ratio = s.peak_overhead_ratio();
-      c.segment_splits = s.segment_splits;
-      c.arena_growths = s.arena_growths;
-      c.stitches = s.stitches;
       c.spare_bytes = s.spare_bytes;
     });
   });

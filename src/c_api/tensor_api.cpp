@@ -101,8 +101,7 @@ sdalloc_status_t sdalloc_tensor_alloc(sdalloc_pool_t* pool, sdalloc_dtype_t dtyp
     for (std::int32_t i = 0; i < ndim; ++i) tensor.dims[i] = dims[i];
     fill_contiguous_strides(tensor);
     // Allocated last: nothing after it can throw, so a failure never leaks the memory.
-    tensor.data =
-        handle_pool.allocate(tensor.nbytes, sdalloc::CachingPool::kRounding, stream_of(stream));
+    tensor.data = handle_pool.allocate(tensor.nbytes, sdalloc::kPoolRounding, stream_of(stream));
     pool->recorder.on_allocate(tensor.data, tensor.nbytes, stream_of(stream));
     *out = tensor;
   });

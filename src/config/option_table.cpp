@@ -71,6 +71,8 @@ std::string values_text(const OptionSpec& spec, bool markdown) {
       return markdown ? "`true`, `false`" : "true | false";
     case OptionType::kText:
       return "text";
+    case OptionType::kRetired:
+      return "any (ignored)";
     case OptionType::kEnum: {
       std::string list;
       for (const EnumName& name : spec.names) {
@@ -125,6 +127,7 @@ OptionValue parse_value(const OptionSpec& spec, std::string_view text) {
     case OptionType::kEnum:
       return OptionValue(std::in_place_type<int>, parse_enum(spec, text));
     case OptionType::kText:
+    case OptionType::kRetired:
       return OptionValue(std::in_place_type<std::string>, text);
   }
   throw InvalidArgument("option '" + std::string(spec.key) + "' has no type");
@@ -150,6 +153,7 @@ std::string format_value(const OptionSpec& spec, const OptionValue& value) {
       // A struct holding an enumerator this front end does not offer: say so, unparseably.
       return std::string("<").append(std::to_string(std::get<int>(value))).append(">");
     case OptionType::kText:
+    case OptionType::kRetired:
       return std::get<std::string>(value);
   }
   return {};
@@ -220,6 +224,11 @@ bool next_pair(std::string_view name, std::string_view& text, ConfPair& pair) {
 
 void throw_bad_pair(std::string_view name, std::string_view pair, const std::string& what) {
   throw InvalidArgument(std::string(name) + ": " + what + ", in '" + std::string(pair) + "'");
+}
+
+std::string retired_message(std::string_view name, const OptionSpec& spec) {
+  return std::string(name) + ": '" + std::string(spec.key) +
+         "' no longer has any effect and is ignored (" + std::string(spec.help) + ")";
 }
 
 std::string unknown_key_message(std::string_view key, std::span<const OptionSpec* const> specs) {

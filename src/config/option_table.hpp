@@ -14,11 +14,14 @@
 // ignored. parse() rejects a missing ':', an empty value, a repeated key, an unknown key and
 // a bad value with InvalidArgument("<NAME>: <what>, in '<pair>'"), so a typo never silently
 // falls back to a default; the finish hook then sees which keys were given, may adjust
-// defaults from them and checks what spans several keys.
+// defaults from them and checks what spans several keys. A retired key (one that no longer
+// means anything) is accepted with any value and ignored, with a one-line warning, so
+// scripts written for an older sdalloc keep working.
 #pragma once
 
 #include <concepts>
 #include <cstddef>
+#include <cstdio>
 #include <functional>
 #include <set>
 #include <span>
@@ -43,6 +46,7 @@ enum class OptionType {
   kEnum,      // one of the row's names
   kBool,      // true|false (also True/False/1/0)
   kText,      // any non-empty text without ','
+  kRetired,   // any value, ignored: a key that no longer means anything
 };
 
 // One value of an enum row: what the text says, the enumerator (as an int) and, for the
@@ -118,6 +122,15 @@ template <class Config, class Field>
 Option<Config> count_option(std::string_view key, std::string_view help, Field field) {
   return detail::bind<Config, std::size_t>({key, OptionType::kCount, help, {}}, field);
 }
+// A key kept for old scripts: any value is accepted and changes nothing; `help` says since
+// when and why (the docs list it, parse() warns when it is given).
+template <class Config>
+Option<Config> retired_option(std::string_view key, std::string_view help) {
+  Option<Config> row{{key, OptionType::kRetired, help, {}}, {}, {}};
+  row.get = [](const Config&) { return OptionValue(std::in_place_type<std::string>); };
+  row.set = [](Config&, const OptionValue&) {};
+  return row;
+}
 // Its default should be 0: "not set" (is_unset).
 template <class Config, class Field>
 Option<Config> fraction_option(std::string_view key, std::string_view help, Field field) {
@@ -167,6 +180,8 @@ struct ConfPair {
 bool next_pair(std::string_view name, std::string_view& text, ConfPair& pair);
 [[noreturn]] void throw_bad_pair(std::string_view name, std::string_view pair,
                                  const std::string& what);
+// "SDALLOC_CONF: 'k' no longer has any effect and is ignored (<help>)"
+std::string retired_message(std::string_view name, const OptionSpec& spec);
 // "unknown key 'k' (known: a, b, c)"
 std::string unknown_key_message(std::string_view key, std::span<const OptionSpec* const> specs);
 
@@ -201,7 +216,8 @@ class OptionTable {
     return nullptr;
   }
 
-  Config parse(std::string_view text) const {
+  // `warnings` collects one line per retired key given; without it they go to stderr.
+  Config parse(std::string_view text, std::vector<std::string>* warnings = nullptr) const {
     Config config{};
     KeySet given;
     ConfPair pair;
@@ -215,6 +231,14 @@ class OptionTable {
         row->set(config, parse_value(row->spec, pair.value));
       } catch (const InvalidArgument& e) {
         throw_bad_pair(name_, pair.text, e.what());
+      }
+      if (row->spec.type == OptionType::kRetired) {
+        const std::string line = retired_message(name_, row->spec);
+        if (warnings != nullptr) {
+          warnings->push_back(line);
+        } else {
+          std::fprintf(stderr, "%s\n", line.c_str());
+        }
       }
     }
     if (finish_) finish_(config, given);
@@ -252,7 +276,9 @@ class OptionTable {
 
   std::string unknown_key_message(std::string_view key) const {
     std::vector<const OptionSpec*> specs;
-    for (const Option<Config>& row : rows_) specs.push_back(&row.spec);
+    for (const Option<Config>& row : rows_) {
+      if (row.spec.type != OptionType::kRetired) specs.push_back(&row.spec);
+    }
     return config::unknown_key_message(key, specs);
   }
 

@@ -6,21 +6,24 @@
 
 namespace sdalloc::config {
 
+const EnumName kModeAuto{"auto", static_cast<int>(PoolMode::kAuto),
+                         "vmm where the memory can be mapped page by page, pool otherwise"};
 const EnumName kModePool{"pool", static_cast<int>(PoolMode::kPool),
-                         "a CachingPool over the backend's segments (cudaMalloc, host memory)"};
+                         "a CachingPool, the segment cache, over the backend's whole segments "
+                         "(cudaMalloc, mmap)"};
 const EnumName kModeVmm{"vmm", static_cast<int>(PoolMode::kVmm),
                         "a VirtualMemoryPool: physical pages mapped into reserved address "
-                        "ranges, like PyTorch's `expandable_segments` (host: memfd); its cap "
-                        "is fixed when the pool is created, and it has no segment layout"};
+                        "ranges and moved under the requests that need them (CUDA's cuMem "
+                        "API; host: a memfd)"};
 const EnumName kModePlanned{"planned", static_cast<int>(PoolMode::kPlanned),
-                            "a repeated step served from one planned arena, over a "
-                            "CachingPool (see Planned steps)"};
+                            "a repeated step served from one planned arena, other requests "
+                            "from a CachingPool (see Planned steps)"};
 
 std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes) {
   using C = PoolConf;
   std::vector<Option<PoolConf>> rows = {
       enum_option<C>(
-          "mode", "how the pool gets and reuses memory.", std::move(modes),
+          "mode", "which pool serves the requests.", std::move(modes),
           [](auto& c) -> auto& { return c.mode; }),
       size_option<C>(
           "capacity", "most bytes one pool may hold; `0`: no cap.",
@@ -48,70 +51,50 @@ std::vector<Option<PoolConf>> pool_options(std::vector<EnumName> modes) {
 
 std::vector<Option<PoolConf>> caching_pool_options() {
   using C = PoolConf;
-  return {
+  std::vector<Option<PoolConf>> rows = {
       size_option<C>(
           "granularity",
-          "segments are multiples of this (a power of two, at least 4KiB); "
+          "`mode:pool`: segments are multiples of this (a power of two, at least 4KiB); "
           "raises min_segment and huge_threshold when they are not given.",
           [](auto& c) -> auto& { return c.pool.segment_granularity; }),
       size_option<C>(
-          "min_segment", "smallest segment asked of the backend.",
+          "min_segment", "`mode:pool`: smallest segment asked of the backend.",
           [](auto& c) -> auto& { return c.pool.min_segment_size; }),
       size_option<C>(
-          "huge_threshold", "requests this big get a segment of their own.",
+          "huge_threshold",
+          "`mode:pool`: requests this big get a segment of their own, reused only by "
+          "requests of about their size.",
           [](auto& c) -> auto& { return c.pool.huge_threshold; }),
       size_option<C>(
-          "small_pool",
-          "while the pool holds less than this, segments are multiples of "
-          "small_granularity instead; `0`: off.",
-          [](auto& c) -> auto& { return c.pool.small_pool_limit; }),
-      size_option<C>(
-          "small_granularity",
-          "what segments of a small pool are multiples of (a power of two, at least "
-          "4KiB; at most granularity).",
-          [](auto& c) -> auto& { return c.pool.small_granularity; }),
-      size_option<C>(
-          "initial_reservation", "one segment taken when the pool is created, and kept.",
+          "initial_reservation",
+          "`mode:pool`: one segment taken when the pool is created, and kept.",
           [](auto& c) -> auto& { return c.pool.initial_reservation; }),
       bool_option<C>(
           "release_before_growth",
-          "before growing past its previous peak, the pool returns its wholly "
+          "`mode:pool`: before growing past its previous peak, the pool returns its wholly "
           "free segments to the backend.",
           [](auto& c) -> auto& { return c.pool.release_cached_before_growth; }),
       bool_option<C>(
           "consolidate",
-          "a stream that becomes empty while holding two or more segments has "
-          "them replaced by one segment of the size it needed at its peak.",
+          "`mode:pool`: a stream that released segments to grow has its free segments "
+          "replaced by one arena of its peak size once its work has gone through a whole "
+          "cycle (a step of a loop).",
           [](auto& c) -> auto& { return c.pool.consolidate_when_empty; }),
-      bool_option<C>(
-          "spare_pages",
-          "the segments released to grow that the new one does not need are kept aside, and "
-          "the next new segment or arena takes their pages instead of fresh ones (host "
-          "memory: no page faults again); never more than the segments' peak.",
-          [](auto& c) -> auto& { return c.pool.keep_spare_pages; }),
-      bool_option<C>(
-          "grow_arena",
-          "a miss after consolidation grows the arena in place (where the backend can: host "
-          "memory) instead of taking a segment beside it, so a larger shape (the VAE after "
-          "the UNet, a higher resolution) does not hold arena and segment for good.",
-          [](auto& c) -> auto& { return c.pool.grow_arena; }),
-      bool_option<C>(
-          "cut_free_ends",
-          "before the pool grows past its peak, the free pages at the ends of segments that "
-          "still hold tensors are cut off and given to the new segment (where the backend "
-          "can: host memory); where an arena would grow by more than 1/16, its free pages "
-          "between tensors too.",
-          [](auto& c) -> auto& { return c.pool.cut_free_ends; }),
   };
+  for (Option<PoolConf>& row : retired_pool_options()) rows.push_back(std::move(row));
+  return rows;
 }
 
-PlannedArenaOptions planned_arena_options(const PoolConf& conf) {
-  PlannedArenaOptions options;
-  options.replan_after_divergent_steps = conf.replan_after;
-  options.max_plans = conf.max_plans;
-  options.planner_max_search_nodes = conf.plan_nodes;
-  options.fallback = conf.pool;
-  return options;
+std::vector<Option<PoolConf>> retired_pool_options() {
+  constexpr std::string_view kWhy =
+      "retired in 0.2: where memory is virtual, vmm moves pages; docs/pools.md";
+  return {
+      retired_option<PoolConf>("small_pool", kWhy),
+      retired_option<PoolConf>("small_granularity", kWhy),
+      retired_option<PoolConf>("spare_pages", kWhy),
+      retired_option<PoolConf>("grow_arena", kWhy),
+      retired_option<PoolConf>("cut_free_ends", kWhy),
+  };
 }
 
 void raise_to_granularity(PoolConf& conf, const KeySet& given) {

@@ -98,7 +98,7 @@ std::string format_stats(const PoolStats& s) {
   byte_row(out, "free (cached)", s.free_bytes);
   byte_row(out, "largest free block", s.largest_free_block);
   byte_row(out, "pending free", s.pending_free_bytes);
-  if (s.spare_bytes != 0) byte_row(out, "spare pages", s.spare_bytes);
+  if (s.spare_bytes != 0) byte_row(out, "spare chunks", s.spare_bytes);
   count_row(out, "live allocations", s.live_allocations, s.peak_live_allocations);
   count_row(out, "segments", s.segments, s.peak_segments);
   count_row(out, "allocations", s.allocations);
@@ -106,9 +106,6 @@ std::string format_stats(const PoolStats& s) {
   count_row(out, "segment allocations", s.segment_allocations);
   count_row(out, "segment releases", s.segment_releases);
   if (s.failed_releases != 0) count_row(out, "failed releases", s.failed_releases);
-  if (s.segment_splits != 0) count_row(out, "segment splits", s.segment_splits);
-  if (s.arena_growths != 0) count_row(out, "arena growths", s.arena_growths);
-  if (s.stitches != 0) count_row(out, "stitches", s.stitches);
   count_row(out, "consolidations", s.consolidations);
   count_row(out, "oom retries", s.oom_retries);
   count_row(out, "ooms", s.ooms);

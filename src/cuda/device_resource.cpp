@@ -1,4 +1,4 @@
-// device_resource.cpp - CUDA resources by name, and the bundled DevicePool.
+// device_resource.cpp - CUDA resources by name, and a device as a pool's backend.
 #include "sdalloc/cuda/device_resource.hpp"
 
 #include <utility>
@@ -6,6 +6,7 @@
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/cuda/cuda_async_resource.hpp"
 #include "sdalloc/cuda/cuda_resource.hpp"
+#include "sdalloc/cuda/cuda_stream_events.hpp"
 #include "sdalloc/cuda/pinned_host_resource.hpp"
 
 namespace sdalloc::cuda {
@@ -49,14 +50,22 @@ std::unique_ptr<VirtualMemory> make_device_virtual_memory(int device,
   return std::make_unique<CudaVirtualMemory>(device, std::move(options));
 }
 
-DevicePool::DevicePool(int device, DevicePoolOptions options)
-    : device_(device),
-      upstream_(make_device_resource(options.upstream, device)),
-      events_(std::make_unique<CudaStreamEvents>(device)) {
-  options.pool.stream_events = events_.get();
-  pool_ = std::make_unique<CachingPool>(*upstream_, options.pool);
+MemoryBackend device_backend(int device, DeviceBackendOptions options, std::string* refused) {
+  MemoryBackend backend;
+  backend.name = "cuda:" + std::to_string(device);
+  backend.segments = std::make_unique<CudaResource>(device);
+  backend.events = std::make_unique<CudaStreamEvents>(device);
+  if (options.async_segments) backend.async_segments = std::make_unique<CudaAsyncResource>(device);
+  if (options.virtual_memory) {
+    CudaVirtualMemoryOptions vm_options;
+    vm_options.unmap_wait = UnmapWait::kStream;
+    try {
+      backend.virtual_memory = std::make_unique<CudaVirtualMemory>(device, vm_options);
+    } catch (const Error& e) {
+      if (refused != nullptr) *refused = e.what();
+    }
+  }
+  return backend;
 }
-
-DevicePool::~DevicePool() = default;
 
 }  // namespace sdalloc::cuda

@@ -19,14 +19,12 @@ PlannedArena& planned_of(OrtPoolAllocator& allocator) {
 
 }  // namespace
 
-PlannedArenaOptions planned_session_options() {
-  PlannedArenaOptions options;
-  options.prefault_host_arena = true;
-  CachingPoolOptions& fallback = options.fallback;
-  fallback.segment_granularity = std::size_t{4} << 10;
-  fallback.min_segment_size = fallback.segment_granularity;
-  fallback.small_pool_limit = 0;  // segments are already as small as they can be
-  return options;
+PoolConf planned_session_conf() {
+  PoolConf conf;
+  conf.mode = PoolMode::kPlanned;
+  conf.pool.segment_granularity = std::size_t{4} << 10;
+  conf.pool.min_segment_size = conf.pool.segment_granularity;
+  return conf;
 }
 
 PlannedSession::PlannedSession(OrtSession* session, OrtPoolAllocator& allocator)

@@ -1,7 +1,7 @@
 // planner/deep_stack.hpp - running a deeply recursive computation on a stack big enough for it.
 //
 // The search (search.cpp) recurses once per buffer it places, so its depth is the number of
-// buffers of one component: thousands for a diffusion step (SDXL's UNet: 8,602 a step).
+// buffers of one component: thousands for one step of a large denoiser.
 // At a few hundred bytes a level in a release build (several KiB under AddressSanitizer)
 // that overflows a thread's default 8 MiB stack. run_on_deep_stack() runs the work on a
 // thread of its own with kDeepStackBytes of stack (address space: the kernel backs only the

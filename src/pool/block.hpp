@@ -49,11 +49,9 @@ struct Block {
 struct alignas(64) Segment {  // own cache line: shards on other threads never share it
   std::uintptr_t base = 0;
   std::size_t size = 0;
-  bool huge = false;     // made for one huge request: its blocks are reused only by such
-  bool pinned = false;   // the initial reservation: never released before destruction
-  bool used = false;     // a block of it was ever handed out: a stream's work may touch it
-  bool arena = false;    // made by CachingPool's consolidation: may grow in place
-  bool growing = false;  // being grown (outside the shard's lock): not to be released
+  bool huge = false;    // made for one huge request: its blocks are reused only by such
+  bool pinned = false;  // the initial reservation: never released before destruction
+  bool used = false;    // a block of it was ever handed out: a stream's work may touch it
   Block* first = nullptr;
   Segment* prev = nullptr;  // the owning shard's segment list
   Segment* next = nullptr;

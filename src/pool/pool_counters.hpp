@@ -47,18 +47,11 @@ class Gauge {
 // Per-call figures (live bytes, counts) are per shard: see ShardFigures in pool_shard.hpp.
 struct PoolCounters {
   Gauge reserved_bytes;  // segment bytes held from the resource
-  // Everything held from the resource: segments and spare pages (CachingPool; pools
-  // without spare pages do not use it).
-  Gauge held_bytes;
-  Gauge held_ranges;  // the same in ranges: segments and spare segments
   Gauge segments;
   std::atomic<std::uint64_t> segment_allocations{0};
   std::atomic<std::uint64_t> segment_releases{0};
   std::atomic<std::uint64_t> failed_releases{0};  // deallocate calls the resource refused
   std::atomic<std::uint64_t> consolidations{0};
-  std::atomic<std::uint64_t> segment_splits{0};
-  std::atomic<std::uint64_t> arena_growths{0};
-  std::atomic<std::uint64_t> stitches{0};
   // oom_retries and ooms are the core's (stream_ordered_core.hpp), as every pool has them.
 };
 

@@ -207,6 +207,9 @@ Block* PoolShard::add_segment(Segment* segment) {
 
 void PoolShard::count_reserved(std::size_t bytes) {
   figures.reserved_bytes += bytes;
+  if (figures.reserved_bytes > figures.peak_reserved_since_mark) {
+    figures.peak_reserved_since_mark = figures.reserved_bytes;
+  }
   if (figures.reserved_bytes > figures.peak_reserved_bytes) {
     figures.peak_reserved_bytes = figures.reserved_bytes;
     if (figures.reserved_bytes > figures.high_reserved_bytes) {  // never below the peak
@@ -242,12 +245,12 @@ Segment* PoolShard::find_free_segment(const Fit& fit) {
   drain_quick_lists();
   // Walk the free blocks from the best fit upwards until one spans a whole segment.
   for (Block* b = normal.best_fit(fit.needed); b != nullptr; b = normal.successor(b)) {
-    if (b->is_whole_segment() && !b->segment->growing) return b->segment;
+    if (b->is_whole_segment()) return b->segment;
   }
   if (fit.huge) {
     for (Block* b = huge.best_fit(fit.needed);
          b != nullptr && b->size <= fit.needed + fit.huge_slack; b = huge.successor(b)) {
-      if (b->is_whole_segment() && !b->segment->growing) return b->segment;
+      if (b->is_whole_segment()) return b->segment;
     }
   }
   return nullptr;
@@ -257,146 +260,11 @@ std::vector<Segment*> PoolShard::releasable_segments() {
   drain_quick_lists();
   std::vector<Segment*> result;
   for (Segment* s = segments; s != nullptr; s = s->next) {
-    if (!s->pinned && !s->growing && s->first->indexed && s->first->is_whole_segment()) {
+    if (!s->pinned && s->first->indexed && s->first->is_whole_segment()) {
       result.push_back(s);
     }
   }
   return result;
-}
-
-std::size_t PoolShard::bytes_in_used_segments() const {
-  std::size_t bytes = 0;
-  for (const Segment* s = segments; s != nullptr; s = s->next) {
-    for (const Block* b = s->first; b != nullptr; b = b->next) {
-      if (!b->free) {
-        bytes += s->size;
-        break;
-      }
-    }
-  }
-  return bytes;
-}
-
-Block* PoolShard::last_block(const Segment* segment) {
-  Block* b = segment->first;
-  while (b->next != nullptr) b = b->next;
-  return b;
-}
-
-std::size_t PoolShard::free_tail(const Segment* segment) {
-  drain_quick_lists();
-  const Block* last = last_block(segment);
-  return last->indexed ? last->size : 0;
-}
-
-Block* PoolShard::extend_segment(Segment* segment, std::size_t extra, Block* record) {
-  drain_quick_lists();
-  Block* last = last_block(segment);
-  if (last->indexed) {
-    index_of(last).erase(last);
-    last->size += extra;
-    records.give_back(record);
-  } else {  // live, pending or being carved: a free block of its own behind it
-    Block* tail = record;
-    tail->addr = segment->base + segment->size;
-    tail->size = extra;
-    tail->segment = segment;
-    tail->prev = last;
-    tail->next = nullptr;
-    tail->free = true;
-    last->next = tail;
-    last = tail;
-  }
-  segment->size += extra;
-  count_reserved(extra);
-  index_of(last).insert(last);
-  return last;
-}
-
-std::size_t PoolShard::free_end(const Segment* segment, std::size_t page, bool front) {
-  drain_quick_lists();
-  const Block* block = front ? segment->first : last_block(segment);
-  if (!block->indexed || block->is_whole_segment()) return 0;
-  const std::uintptr_t base = segment->base;
-  if (front) return (block->end() - base) / page * page;
-  const std::uintptr_t cut = base + (block->addr - base + page - 1) / page * page;
-  const std::uintptr_t end = base + segment->size;
-  return cut < end && (end - base) % page == 0 ? end - cut : 0;
-}
-
-void PoolShard::trim_segment(Segment* segment, std::size_t bytes, bool front) {
-  Block* block = front ? segment->first : last_block(segment);
-  index_of(block).erase(block);
-  if (block->size == bytes) {  // the whole block goes
-    if (front) {
-      segment->first = block->next;
-      block->next->prev = nullptr;
-    } else {
-      block->prev->next = nullptr;
-    }
-    records.give_back(block);
-  } else {
-    block->size -= bytes;
-    if (front) block->addr += bytes;
-    index_of(block).insert(block);
-  }
-  if (front) segment->base += bytes;
-  segment->size -= bytes;
-  figures.reserved_bytes -= bytes;
-}
-
-PageRun PoolShard::whole_pages(const Block* block, std::size_t page) {
-  const std::uintptr_t base = block->segment->base;
-  return {base + (block->addr - base + page - 1) / page * page,
-          base + (block->end() - base) / page * page};
-}
-
-std::size_t PoolShard::free_pages(const Segment* segment, std::size_t page) {
-  drain_quick_lists();
-  std::size_t bytes = 0;
-  for (const Block* b = segment->first; b != nullptr; b = b->next) {
-    if (b->indexed) bytes += whole_pages(b, page).bytes();
-  }
-  return bytes;
-}
-
-void PoolShard::split_segment(Segment* segment, std::uintptr_t at, Segment* upper, Block* record) {
-  drain_quick_lists();
-  Block* b = segment->first;
-  while (b->end() <= at) b = b->next;
-  Block* rest = b;
-  if (b->addr < at) {  // a free block: cut in two, both indexed
-    index_of(b).erase(b);
-    record->addr = at;
-    record->size = b->end() - at;
-    record->segment = segment;
-    record->prev = b;
-    record->next = b->next;
-    record->free = true;
-    if (b->next != nullptr) b->next->prev = record;
-    b->next = record;
-    b->size = at - b->addr;
-    index_of(b).insert(b);
-    index_of(record).insert(record);
-    rest = record;
-  } else {
-    records.give_back(record);
-  }
-  rest->prev->next = nullptr;
-  rest->prev = nullptr;
-  upper->base = at;
-  upper->size = segment->base + segment->size - at;
-  upper->huge = segment->huge;
-  upper->used = segment->used;
-  upper->arena = segment->arena;
-  upper->first = rest;
-  segment->size = at - segment->base;
-  for (Block* x = rest; x != nullptr; x = x->next) x->segment = upper;
-  ++figures.segments;
-  upper->prev = segment;
-  upper->next = segment->next;
-  if (segment->next != nullptr) segment->next->prev = upper;
-  segment->next = upper;
 }
 
 // ---------------------------------------------------------------------------------------

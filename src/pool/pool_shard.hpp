@@ -40,13 +40,6 @@ struct Fit {
   std::size_t huge_slack = 0;  // a huge block may exceed `needed` by at most this
 };
 
-// Whole pages [lo, hi) of a block, by address; empty when hi <= lo.
-struct PageRun {
-  std::uintptr_t lo = 0;
-  std::uintptr_t hi = 0;
-  std::size_t bytes() const { return hi > lo ? hi - lo : 0; }
-};
-
 // A block freed on other streams, waiting until their queued work has completed.
 struct PendingFree {
   Block* block = nullptr;
@@ -69,9 +62,10 @@ struct ShardFigures {
   std::size_t peak_live_bytes = 0;
   std::size_t allocated_bytes = 0;
   std::size_t peak_allocated_bytes = 0;
-  // The peak since the pool last set it to allocated_bytes (CachingPool: since a floor;
-  // not part of PoolStats).
+  // The peaks since the pool last set them to the current figures (CachingPool: since a
+  // low, and since its last arena; not part of PoolStats).
   std::size_t peak_allocated_since_mark = 0;
+  std::size_t peak_reserved_since_mark = 0;
   std::size_t live_allocations = 0;
   std::size_t peak_live_allocations = 0;
   std::uint64_t allocations = 0;
@@ -80,7 +74,7 @@ struct ShardFigures {
   std::size_t reserved_bytes = 0;  // their bytes
   std::size_t peak_reserved_bytes = 0;
   // The highest allocated and reserved bytes since the shard was made: what CachingPool's
-  // policy sizes its arena and judges floors by. reset_peak() leaves them: a caller that
+  // policy sizes its arena and judges lows by. reset_peak() leaves them: a caller that
   // measures a stretch of work (torch.cuda.reset_peak_memory_stats) must not change what
   // the pool does next.
   std::size_t high_allocated_bytes = 0;
@@ -146,41 +140,11 @@ class alignas(64) PoolShard {
   void remove_segment(Segment* segment, bool keep_block);
   // A wholly free segment whose block fits `fit`, or nullptr.
   Segment* find_free_segment(const Fit& fit);
-  // Wholly free segments that may be returned to the resource (not pinned, not growing).
+  // Wholly free segments that may be returned to the resource (not pinned).
   std::vector<Segment*> releasable_segments();
-  // The segment's last block by address (a walk over its blocks: the slow path only).
-  static Block* last_block(const Segment* segment);
-  // Bytes of the free block at the segment's end (quick lists merged first), or 0.
-  std::size_t free_tail(const Segment* segment);
-  // The resource has made `segment` `extra` bytes longer in place: they join its free
-  // block at the end (a new block, `record`, where the last one is not free; else `record`
-  // goes back to the recycler), which is answered. Cannot fail.
-  Block* extend_segment(Segment* segment, std::size_t extra, Block* record);
-  // Bytes of whole `page`s (counted from the segment's base) that the free block at the
-  // segment's front (`front`) or end covers, or 0 (that block live, pending, or under a
-  // page); quick lists merged first. A segment that is one free block answers 0: it goes
-  // back whole.
-  std::size_t free_end(const Segment* segment, std::size_t page, bool front);
-  // Takes `bytes`, a free_end() answer, off that end of the segment: its free block there
-  // shrinks or goes, and the segment starts or ends at the cut. Cannot fail.
-  void trim_segment(Segment* segment, std::size_t bytes, bool front);
-  // The whole `page`s (counted from its segment's base) that `block` covers.
-  static PageRun whole_pages(const Block* block, std::size_t page);
-  // Bytes of whole `page`s inside the segment's free blocks, the ends' included; quick
-  // lists merged first. A walk over the segment's blocks.
-  std::size_t free_pages(const Segment* segment, std::size_t page);
-  // Splits `segment` at `at`, which lies inside a free block or at the start of a block
-  // that is not the segment's first: the blocks from `at` on go to `upper` (fresh), a
-  // segment of the same kind linked in after it, and `record` (from `records`) becomes the
-  // upper part of a free block cut in two, or goes back. The reserved bytes do not change
-  // (the resource has split the range). Cannot fail.
-  void split_segment(Segment* segment, std::uintptr_t at, Segment* upper, Block* record);
 
   // --- figures ----------------------------------------------------------------------
   std::size_t free_bytes() const { return normal.bytes() + huge.bytes() + quick.bytes(); }
-  // Bytes of the segments holding a live block: a walk over every block (slow path only);
-  // reads only, so parked blocks stay parked.
-  std::size_t bytes_in_used_segments() const;
   std::size_t largest_free() const;
   std::size_t pending_bytes() const;
   // Checks this shard's invariants; throws sdalloc::Error naming the first broken one.
@@ -210,25 +174,6 @@ class alignas(64) PoolShard {
   Segment* segments = nullptr;  // doubly linked list
   std::vector<PendingFree> pending;
   ShardFigures figures;
-  bool churned = false;  // released segments to grow since the last consolidation
-  // Took a new segment, before any arena, while more than 1/16 of its allocated bytes lay
-  // free in its segments (they serve its work badly): CachingPool consolidates such a shard
-  // too, though it never churned (note_fragmented_growth).
-  bool fragmented = false;
-  // For consolidation while long-lived blocks stay (CachingPool's note_low): the fewest
-  // bytes allocated since it churned, and the floor it came back to, with the peak then.
-  std::size_t churn_low = 0;
-  std::size_t floor_bytes = 0;
-  std::size_t floor_peak = 0;
-  bool floor_armed = false;
-  bool churned_since_floor = false;
-  // The shard became empty while it wants consolidating: done at its next allocation, not
-  // at the free (a pool whose last tensor dies at exit must not take a new arena).
-  bool consolidation_due = false;
-  // CachingPool's spare pages: wholly free segments released to grow whose pages the next
-  // new segment (or the arena) takes over instead of fresh ones. Out of the segment list,
-  // so no block is ever carved from them; held from the resource until then.
-  std::vector<Segment*> spare;
 };
 
 template <class Ready>

@@ -83,17 +83,6 @@ void ReservedRange::uncarve(void* piece, std::size_t bytes) {
   carved_ -= bytes;
 }
 
-bool ReservedRange::carve_after(std::uintptr_t end, std::size_t bytes) {
-  std::lock_guard lock(mutex_);
-  const auto it = free_.find(end);
-  if (it == free_.end() || it->second < bytes) return false;
-  const std::size_t rest = it->second - bytes;
-  free_.erase(it);
-  if (rest > 0) free_.emplace(end + bytes, rest);
-  carved_ += bytes;
-  return true;
-}
-
 std::size_t ReservedRange::carved_bytes() const {
   std::lock_guard lock(mutex_);
   return carved_;
@@ -153,15 +142,6 @@ void FreshPages::note(const void* piece, std::size_t bytes) {
 namespace {
 constexpr std::size_t kPage = 4096;
 
-// The bytes of whole pages the non-null ranges hold.
-std::size_t pages_of(std::span<const ResourceRange> ranges) {
-  std::size_t bytes = 0;
-  for (const ResourceRange& range : ranges) {
-    if (range.ptr != nullptr) bytes += round_up(range.bytes, kPage);
-  }
-  return bytes;
-}
-
 OutOfMemoryInfo info_of(std::size_t requested, std::size_t held, std::size_t capacity) {
   OutOfMemoryInfo info;
   info.requested = requested;
@@ -174,18 +154,15 @@ OutOfMemoryInfo info_of(std::size_t requested, std::size_t held, std::size_t cap
 RangeResource::RangeResource(ReservedRange& range, std::size_t capacity)
     : range_(range), capacity_(capacity) {}
 
-std::size_t RangeResource::page_size() const { return kPage; }
-
 std::string RangeResource::name() const {
   return "preload-range(" + format_size(range_.size()) + ")";
 }
 
-void* RangeResource::carve_counted(std::size_t bytes, std::size_t length, std::size_t returning) {
+void* RangeResource::carve_counted(std::size_t bytes, std::size_t length) {
   const std::size_t before = held_.fetch_add(length, std::memory_order_relaxed);
-  if (capacity_ != 0 && before - returning + length > capacity_) {
+  if (capacity_ != 0 && before + length > capacity_) {
     held_.fetch_sub(length, std::memory_order_relaxed);
-    throw OutOfMemory::describe("the drop-in's capacity",
-                                info_of(bytes, before - returning, capacity_));
+    throw OutOfMemory::describe("the drop-in's capacity", info_of(bytes, before, capacity_));
   }
   void* piece = range_.carve(length, length >= kRangeAlignment ? kRangeAlignment : kPage);
   if (piece == nullptr) {
@@ -209,7 +186,7 @@ void RangeResource::refuse_piece(void* piece, std::size_t length, std::size_t re
 void* RangeResource::do_allocate(std::size_t bytes, Stream /*stream*/) {
   if (bytes == 0) return nullptr;
   const std::size_t length = round_up(bytes, kPage);
-  void* piece = carve_counted(bytes, length, 0);
+  void* piece = carve_counted(bytes, length);
   if (!ReservedRange::commit(piece, length)) refuse_piece(piece, length, bytes, errno);
   FreshPages::of_this_thread().note(piece, length);
   return piece;
@@ -221,103 +198,6 @@ void RangeResource::do_deallocate(void* ptr, std::size_t bytes, Stream /*stream*
   ReservedRange::protect(ptr, length);
   range_.uncarve(ptr, length);
   held_.fetch_sub(length, std::memory_order_relaxed);
-}
-
-// The ranges move in their order, each to the next page; one that does not fit is cut (its
-// tail protected). A moved range's place stays mapped (move_pages_keeping_place), is protected
-// again and given back to the range.
-void* RangeResource::do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
-                                 Stream stream) {
-  const std::size_t returning = pages_of(ranges);
-  void* piece = nullptr;
-  const std::size_t length = round_up(bytes, kPage);
-  try {
-    if (bytes != 0) piece = carve_counted(bytes, length, returning);
-  } catch (...) {
-    for (const ResourceRange& range : ranges) do_deallocate(range.ptr, range.bytes, stream);
-    throw;
-  }
-  const auto start = reinterpret_cast<std::uintptr_t>(piece);
-  bool moved_all = true;
-  const std::size_t offset = move_donors(ranges, start, length, moved_all);
-  if (piece == nullptr) return nullptr;
-  void* const rest = reinterpret_cast<void*>(start + offset);
-  if (!moved_all || (offset < length && !ReservedRange::commit(rest, length - offset))) {
-    refuse_piece(piece, length, bytes, errno);
-  }
-  if (offset < length) FreshPages::of_this_thread().note(rest, length - offset);
-  return piece;
-}
-
-// Why the place must stay mapped: a plain mremap unmaps the source, and in the instant
-// before protect() mapped it PROT_NONE again another thread's mmap(NULL) could land there - a
-// new thread's stack, in the drop-in's multi-threaded stress test - and protect()'s
-// MAP_FIXED then replaced it (the segfaults of 2026-12-04).
-bool move_pages_keeping_place(std::uintptr_t from, std::uintptr_t to, std::size_t length) {
-  const auto move = [](std::uintptr_t source, std::uintptr_t target, std::size_t bytes) {
-    return detail::move_with_page_tables(reinterpret_cast<void*>(source),
-                                         reinterpret_cast<void*>(target), bytes);
-  };
-  const auto copy = [](std::uintptr_t source, std::uintptr_t target, std::size_t bytes) {
-    if (!ReservedRange::commit(reinterpret_cast<void*>(target), bytes)) return false;
-    std::memcpy(reinterpret_cast<void*>(target), reinterpret_cast<const void*>(source), bytes);
-    return true;
-  };
-  return detail::move_by_mapping(from, to, length, kPage, move, copy);
-}
-
-std::size_t RangeResource::move_donors(std::span<const ResourceRange> donors, std::uintptr_t start,
-                                       std::size_t length, bool& moved_all) {
-  std::size_t offset = 0;
-  for (const ResourceRange& range : donors) {
-    if (range.ptr == nullptr) continue;
-    const std::size_t size = round_up(range.bytes, kPage);
-    const std::size_t take = std::min(size, length - offset);
-    if (take != 0) {
-      moved_all = move_pages_keeping_place(reinterpret_cast<std::uintptr_t>(range.ptr),
-                                           start + offset, take) &&
-                  moved_all;
-    }
-    ReservedRange::protect(range.ptr, size);
-    range_.uncarve(range.ptr, size);
-    held_.fetch_sub(size, std::memory_order_relaxed);
-    offset += take;
-  }
-  return offset;
-}
-
-// The next addresses must be free in the range; the capacity counts the net change. The
-// donors' pages go in first, then fresh pages for the rest, noted as FreshPages.
-bool RangeResource::do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
-                            std::span<const ResourceRange> donors, Stream stream) {
-  const std::size_t length = round_up(bytes, kPage);
-  const std::size_t extra = round_up(new_bytes, kPage) - length;
-  if (extra == 0) {
-    for (const ResourceRange& range : donors) do_deallocate(range.ptr, range.bytes, stream);
-    return true;
-  }
-  const std::size_t returning = pages_of(donors);
-  const std::size_t before = held_.fetch_add(extra, std::memory_order_relaxed);
-  const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(ptr) + length;
-  if ((capacity_ != 0 && before - returning + extra > capacity_) ||
-      !range_.carve_after(end, extra)) {
-    held_.fetch_sub(extra, std::memory_order_relaxed);
-    return false;
-  }
-  bool moved_all = true;
-  const std::size_t offset = move_donors(donors, end, extra, moved_all);
-  void* const rest = reinterpret_cast<void*>(end + offset);
-  if (!moved_all || (offset < extra && !ReservedRange::commit(rest, extra - offset))) {
-    refuse_piece(reinterpret_cast<void*>(end), extra, new_bytes, errno);
-  }
-  if (offset < extra) FreshPages::of_this_thread().note(rest, extra - offset);
-  return true;
-}
-
-// The range's pieces are whole pages, carved and given back by address and length, so any
-// page boundary inside a piece (split() has checked the cut) makes two pieces.
-bool RangeResource::do_split(void* /*ptr*/, std::size_t /*bytes*/, std::size_t /*first*/) {
-  return true;
 }
 
 // =======================================================================================

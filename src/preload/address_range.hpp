@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <span>
 #include <string>
 
 #include "sdalloc/core/resource.hpp"
@@ -51,9 +50,6 @@ class ReservedRange {
   void* carve(std::size_t bytes, std::size_t alignment);
   // Gives a carved piece back (it must be PROT_NONE again: see protect()).
   void uncarve(void* piece, std::size_t bytes);
-  // Carves the `bytes` that follow a carved piece ending at `end`, still PROT_NONE, where
-  // they are free (the piece then grows in place); false, nothing changed, where they are not.
-  bool carve_after(std::uintptr_t end, std::size_t bytes);
   std::size_t carved_bytes() const;
 
   // mmap(PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS) over [p, p + bytes):
@@ -87,56 +83,26 @@ struct FreshPages {
   void note(const void* piece, std::size_t bytes);
 };
 
-// Moves the pages of [from, from + length) to `to` (reserved or committed) and never leaves
-// a hole at `from`: the place stays mapped, without its pages, until the caller protects it
-// (RangeResource gives a donor's place back so). mremap with MREMAP_DONTUNMAP (Linux 5.7)
-// keeps the place; a source spanning several kernel mappings (EFAULT) moves in halves; where
-// the kernel refuses otherwise (no DONTUNMAP), the pages are copied into fresh ones. False
-// when not even fresh pages could be mapped at `to`.
-bool move_pages_keeping_place(std::uintptr_t from, std::uintptr_t to, std::size_t length);
-
-// mode:pool and mode:planned: segments carved from the range, committed on allocation and
-// protected again on deallocation. capacity (0: none) caps the bytes held at once.
-// coalesce (core/resource.hpp) carves the new segment and moves the returned segments'
-// pages into it (mremap with MREMAP_DONTUNMAP, so that a returned segment's place is never a
-// hole another thread's mmap could take before it is protected again), as HostResource does
-// (which may leave holes: its memory is the system's): after the pool's consolidation and
-// its release before growth, only what no range covered is faulted in. Only that part is
-// noted as FreshPages: moved pages hold what the program wrote, and calloc must clear them.
-// grow extends a segment in place where the range's next addresses are free (first fit by
-// address keeps the range compact, so the highest segment, often the arena, can), moving
-// the donors' pages in first, as coalesce does.
+// mode:pool and mode:planned: segments carved from the range, committed on allocation (fresh
+// pages, noted as FreshPages) and protected again on deallocation. capacity (0: none) caps
+// the bytes held at once.
 class RangeResource final : public MemoryResource {
  public:
   RangeResource(ReservedRange& range, std::size_t capacity);
 
   std::size_t capacity() const override { return capacity_; }
   std::string name() const override;
-  bool can_coalesce() const override { return true; }
-  bool can_grow() const override { return true; }
-  std::size_t page_size() const override;  // the 4 KiB pages it carves and commits
   std::size_t held() const { return held_.load(std::memory_order_relaxed); }
 
  private:
   void* do_allocate(std::size_t bytes, Stream stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
-  void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
-                    Stream stream) override;
-  bool do_split(void* ptr, std::size_t bytes, std::size_t first) override;
-  bool do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
-               std::span<const ResourceRange> donors, Stream stream) override;
-  // Moves the donors' pages to [start, start + length) in their order (a donor that does not
-  // fit is cut), gives their places back to the range, and answers the bytes moved; false
-  // in `moved_all` when a move failed (that part is then unmapped).
-  std::size_t move_donors(std::span<const ResourceRange> donors, std::uintptr_t start,
-                          std::size_t length, bool& moved_all);
   // Gives back a piece of `length` bytes carved for `requested` that could not be mapped
   // (counted in held) and throws OutOfMemory with mmap's `error`.
   [[noreturn]] void refuse_piece(void* piece, std::size_t length, std::size_t requested, int error);
   // Carves and counts a piece of `length` bytes, still PROT_NONE; throws OutOfMemory
-  // (nothing changed) past the capacity or when no place is left. `returning` bytes are on
-  // their way back and do not count against the capacity.
-  void* carve_counted(std::size_t bytes, std::size_t length, std::size_t returning);
+  // (nothing changed) past the capacity or when no place is left.
+  void* carve_counted(std::size_t bytes, std::size_t length);
 
   ReservedRange& range_;
   const std::size_t capacity_;

@@ -19,8 +19,8 @@ constexpr std::size_t kMinThreshold = std::size_t{4} << 10;
 constexpr std::size_t kMinAddressSpace = std::size_t{1} << 30;
 
 std::vector<Option<PreloadConfig>> preload_rows() {
-  std::vector<Option<PreloadConfig>> rows = config::lift<PreloadConfig>(
-      config::pool_options({config::kModePool, config::kModeVmm, config::kModePlanned}));
+  std::vector<Option<PreloadConfig>> rows = config::lift<PreloadConfig>(config::pool_options(
+      {config::kModeAuto, config::kModePool, config::kModeVmm, config::kModePlanned}));
   // The drop-in's own rows go first: they are what a user of LD_PRELOAD sets.
   std::vector<Option<PreloadConfig>> own;
   own.push_back(config::size_option<PreloadConfig>(

@@ -21,7 +21,7 @@
 
 namespace sdalloc::preload {
 
-using Mode = config::PoolMode;
+using Mode = PoolMode;
 
 // The default threshold (docs/preload.md has the measurement behind it).
 inline constexpr std::size_t kDefaultThreshold = std::size_t{1} << 20;
@@ -29,7 +29,7 @@ inline constexpr std::size_t kDefaultThreshold = std::size_t{1} << 20;
 inline constexpr std::size_t kDefaultAddressSpace = std::size_t{1} << 42;
 
 // mode, capacity, pool, replan_after and max_plans come from PoolConf.
-struct PreloadConfig : config::PoolConf {
+struct PreloadConfig : PoolConf {
   std::size_t threshold = kDefaultThreshold;
   std::size_t address_space = kDefaultAddressSpace;
   std::string report;       // "", "stderr" or a file path: the summary written at exit

@@ -16,10 +16,9 @@
 #include <new>
 #include <string>
 
+#include "sdalloc/config/make_pool.hpp"
 #include "sdalloc/core/errors.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/policies/planned_arena.hpp"
-#include "sdalloc/policies/virtual_memory_pool.hpp"
 
 namespace sdalloc::preload {
 namespace {
@@ -36,8 +35,8 @@ constinit Runtime* g_runtime = nullptr;
 // glibc serves the requests below the threshold. By default it mmaps each block above a
 // threshold that starts at 128 KiB (and rises only as such blocks are freed) and trims its
 // heaps' free tops above 128 KiB: either way those pages go back to the kernel and fault in
-// again on the next iteration. Keep them, as tcmalloc does: on the SD UNet run this took the
-// drop-in's minor faults from 1.47 M to 1.44 M (tcmalloc's: 1.45 M), docs/preload.md.
+// again on the next iteration. Keep them, as tcmalloc does (the faults it saves:
+// docs/preload.md).
 void keep_system_heap(std::size_t threshold) {
   // glibc refuses an mmap threshold above HEAP_MAX_SIZE / 2 (32 MiB on 64-bit).
   constexpr std::size_t kMaxMmapThreshold = std::size_t{32} << 20;
@@ -63,20 +62,6 @@ void write_all(int fd, const std::string& text) {
     if (n <= 0) return;
     done += static_cast<std::size_t>(n);
   }
-}
-
-const char* mode_name(Mode mode) {
-  switch (mode) {
-    case Mode::kPool:
-      return "pool";
-    case Mode::kVmm:
-      return "vmm";
-    case Mode::kPlanned:
-      return "planned";
-    case Mode::kAsync:
-      break;
-  }
-  return "?";
 }
 
 }  // namespace
@@ -132,34 +117,20 @@ bool Runtime::build() {
     return false;
   }
   try {
-    switch (config_.mode) {
-      case Mode::kVmm: {
-        virtual_memory_ =
-            std::make_unique<RangeVirtualMemory>(range_, config_.capacity, config_.vmm_moves);
-        VirtualMemoryPoolOptions options;
-        options.max_physical_bytes = config_.capacity;
-        // Ranges come out of the one reservation: a few per pool, each well inside it.
-        options.range_size = std::min<std::size_t>(options.range_size, range_.size() / 8);
-        // Requests are at least the threshold: map them in 2 MiB pages (one mmap per 2 MiB,
-        // not per 64 KiB; huge-page sized).
-        options.large_page_size = std::size_t{2} << 20;
-        options.small_limit = std::max<std::size_t>(options.small_limit, config_.threshold);
-        pool_ = std::make_unique<PoolOf<VirtualMemoryPool>>(*virtual_memory_, options);
-        break;
-      }
-      case Mode::kPlanned: {
-        resource_ = std::make_unique<RangeResource>(range_, config_.capacity);
-        PlannedArenaOptions options = config::planned_arena_options(config_);
-        options.prefault_host_arena = true;  // a planned step pays no page faults
-        pool_ = std::make_unique<PoolOf<PlannedArena>>(*resource_, options);
-        steps_ = std::make_unique<StepDetector>();
-        detecting_.store(true, std::memory_order_relaxed);
-        break;
-      }
-      default:
-        resource_ = std::make_unique<RangeResource>(range_, config_.capacity);
-        pool_ = std::make_unique<PoolOf<CachingPool>>(*resource_, config_.pool);
-        break;
+    MemoryBackend backend;
+    backend.name = "the drop-in's reserved range";
+    backend.segments = std::make_unique<RangeResource>(range_, config_.capacity);
+    backend.virtual_memory =
+        std::make_unique<RangeVirtualMemory>(range_, config_.capacity, config_.vmm_moves);
+    backend.host_pages = true;  // a planned step pays no page faults
+    // Ranges come out of the one reservation: a few per pool, each well inside it. Requests
+    // are at least the threshold: pages of 2 MiB (huge-page sized), one mmap each.
+    backend.vm_range_size = std::min<std::size_t>(std::size_t{64} << 30, range_.size() / 8);
+    backend.vm_page_size = std::size_t{2} << 20;
+    stack_ = make_pool(config_, std::move(backend));
+    if (stack_->mode == PoolMode::kPlanned) {
+      steps_ = std::make_unique<StepDetector>();
+      detecting_.store(true, std::memory_order_relaxed);
     }
   } catch (const std::exception& e) {
     say(std::string("SDALLOC_CONF: ") + e.what() + "; running on the system allocator");
@@ -190,7 +161,7 @@ void* Runtime::allocate(std::size_t bytes, std::size_t alignment) {
   if (detecting_.load(std::memory_order_relaxed)) detect_step(bytes);
   void* ptr = nullptr;
   try {
-    ptr = pool_->allocate(bytes, alignment, kDefaultStream);
+    ptr = stack_->pool->allocate(bytes, alignment, kDefaultStream);
   } catch (const OutOfMemory& e) {
     if (detecting_.load(std::memory_order_relaxed)) {
       std::lock_guard lock(steps_mutex_);
@@ -215,7 +186,7 @@ void Runtime::free(void* ptr) {
     steps_->on_free();
   }
   try {
-    pool_->free(ptr, kDefaultStream);
+    stack_->pool->free(ptr, kDefaultStream);
   } catch (const InvalidPointer& e) {
     char line[160];
     std::snprintf(line, sizeof line,
@@ -234,7 +205,7 @@ void Runtime::free(void* ptr) {
 std::size_t Runtime::usable_size(const void* ptr) {
   SharedForkGuard guard(fork_guard_);
   try {
-    return pool_->allocation_size(ptr);
+    return stack_->pool->allocation_size(ptr);
   } catch (const std::exception&) {
     return 0;  // not a live allocation: glibc answers 0 for a freed chunk too
   }
@@ -256,7 +227,7 @@ void Runtime::detect_step(std::size_t bytes) {
 }
 
 void Runtime::apply(StepDetector::Action action) {
-  PlannedArena& arena = *pool_->planned();
+  PlannedArena& arena = *stack_->pool->planned();
   switch (action) {
     case StepDetector::Action::kNone:
       return;
@@ -279,7 +250,7 @@ void Runtime::apply(StepDetector::Action action) {
 void Runtime::stop_detection() {
   std::lock_guard lock(steps_mutex_);
   if (!detecting_.exchange(false)) return;
-  if (PlannedArena* arena = pool_->planned(); arena != nullptr && arena->in_step()) {
+  if (PlannedArena* arena = stack_->pool->planned(); arena != nullptr && arena->in_step()) {
     arena->end_step();
   }
 }
@@ -287,7 +258,7 @@ void Runtime::stop_detection() {
 bool Runtime::begin_step() {
   SharedForkGuard guard(fork_guard_);
   stop_detection();
-  PlannedArena* arena = pool_->planned();
+  PlannedArena* arena = stack_->pool->planned();
   if (arena == nullptr || arena->in_step()) return false;
   arena->begin_step();
   return true;
@@ -296,7 +267,7 @@ bool Runtime::begin_step() {
 bool Runtime::end_step() {
   SharedForkGuard guard(fork_guard_);
   stop_detection();
-  PlannedArena* arena = pool_->planned();
+  PlannedArena* arena = stack_->pool->planned();
   if (arena == nullptr || !arena->in_step()) return false;
   arena->end_step();
   return true;
@@ -322,9 +293,9 @@ void Runtime::at_fork_child() {
 // The report
 
 std::string Runtime::report() const {
-  const PoolStats s = pool_->stats();
+  const PoolStats s = stack_->pool->stats();
   std::string text = "sdalloc preload report (pid " + std::to_string(::getpid()) + ")\n";
-  text += "  mode:" + std::string(mode_name(config_.mode)) +
+  text += "  mode:" + to_string(stack_->mode) +
           " threshold:" + config::size_text(config_.threshold) + "\n";
   text += "  peak live      " + format_bytes(s.peak_live_bytes) + "\n";
   text += "  peak reserved  " + format_bytes(s.peak_reserved_bytes) + "\n";
@@ -341,7 +312,7 @@ std::string Runtime::report() const {
           format_bytes(counters_.fresh_bytes.load(std::memory_order_relaxed)) +
           " fresh (not written), " +
           format_bytes(counters_.zeroed_bytes.load(std::memory_order_relaxed)) + " zeroed\n";
-  if (const PlannedArena* arena = pool_->planned(); arena != nullptr) {
+  if (const PlannedArena* arena = stack_->pool->planned(); arena != nullptr) {
     const PlannedArenaCounters c = arena->counters();
     text += "  steps          " + std::to_string(c.recorded_steps) + " recorded, " +
             std::to_string(c.planned_steps) + " planned, " + std::to_string(c.divergent_steps) +
@@ -362,11 +333,11 @@ std::string Runtime::report() const {
 }
 
 std::string Runtime::report_json() const {
-  const PoolStats s = pool_->stats();
+  const PoolStats s = stack_->pool->stats();
   const auto field = [](const char* key, std::uint64_t value) {
     return std::string("\"").append(key).append("\": ").append(std::to_string(value));
   };
-  std::string text = "{\"mode\": \"" + std::string(mode_name(config_.mode)) + "\", ";
+  std::string text = "{\"mode\": \"" + to_string(stack_->mode) + "\", ";
   text += field("threshold_bytes", config_.threshold) + ", ";
   text += field("peak_live_bytes", s.peak_live_bytes) + ", ";
   text += field("peak_reserved_bytes", s.peak_reserved_bytes) + ", ";

@@ -8,10 +8,10 @@
 // destructors may still free pool memory at exit).
 //
 // Building it reads SDALLOC_PRELOAD_CONF or else SDALLOC_CONF, reserves the address range, builds
-// the pool (mode:pool: a CachingPool, mode:planned: a PlannedArena, both over a RangeResource;
-// mode:vmm: a VirtualMemoryPool over a RangeVirtualMemory), starts the trace (record:) and
-// registers the fork handlers. When any step fails it prints one line on stderr and the drop-in
-// serves everything from the system allocator from then on.
+// the pool with make_pool() over the range's memory (a RangeVirtualMemory: the default,
+// mode:vmm, maps pages there; a RangeResource of segments: mode:pool and planned), starts the
+// trace (record:) and registers the fork handlers. When any step fails it prints one line on stderr
+// and the drop-in serves everything from the system allocator from then on.
 //
 // The caller (malloc_entry.cpp) marks the thread as inside sdalloc around every call here, so
 // the mallocs sdalloc's own code makes go to glibc.
@@ -28,6 +28,7 @@
 #include "preload/preload_config.hpp"
 #include "preload/step_detector.hpp"
 #include "preload/trace_hook.hpp"
+#include "sdalloc/config/make_pool.hpp"
 #include "sdalloc/policies/any_pool.hpp"
 
 namespace sdalloc::preload {
@@ -66,8 +67,8 @@ class Runtime {
   bool end_step();
 
   const PreloadConfig& config() const { return config_; }
-  PoolStats stats() const { return pool_->stats(); }
-  AnyPool& pool() { return *pool_; }
+  PoolStats stats() const { return stack_->pool->stats(); }
+  AnyPool& pool() { return *stack_->pool; }
   PreloadCounters& counters() { return counters_; }
 
   // The report text (report:), as written at exit.
@@ -99,9 +100,7 @@ class Runtime {
 
   PreloadConfig config_;
   ReservedRange range_;
-  std::unique_ptr<RangeResource> resource_;
-  std::unique_ptr<RangeVirtualMemory> virtual_memory_;
-  std::unique_ptr<AnyPool> pool_;
+  std::unique_ptr<PoolStack> stack_;  // the pool and the range's memory under it
   // mode:planned: finds the steps nobody marks (step_detector.hpp), until someone marks one.
   std::unique_ptr<StepDetector> steps_;
   std::atomic<bool> detecting_{false};

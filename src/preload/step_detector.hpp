@@ -1,7 +1,7 @@
 // step_detector.hpp - finds the step of an inference loop in the drop-in's stream of requests.
 //
 // Under LD_PRELOAD nobody calls begin_step(), but an inference loop repeats its sequence of
-// large requests step after step (every UNet step does, byte for byte). StepDetector watches
+// large requests step after step (a denoiser's steps do, byte for byte). StepDetector watches
 // that sequence (mode:planned) and says where steps begin, so the PlannedArena can record one,
 // plan it and serve the next ones from its arena.
 //

@@ -42,6 +42,7 @@ class CountingVirtualMemory final : public VirtualMemory {
   [[nodiscard]] std::size_t physical_capacity() const override {
     return inner_->physical_capacity();
   }
+  [[nodiscard]] std::size_t physical_ceiling() const override { return inner_->physical_ceiling(); }
   [[nodiscard]] std::string name() const override { return inner_->name(); }
 
   [[nodiscard]] std::uint64_t unmaps() const { return unmaps_.load(std::memory_order_relaxed); }

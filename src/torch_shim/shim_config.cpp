@@ -16,10 +16,13 @@ constexpr std::string_view kName = "SDALLOC_CONF";
 
 const EnumName kModeAsync{"async", static_cast<int>(Mode::kAsync),
                           "a CachingPool over a private cudaMallocAsync pool (CUDA only)"};
+constexpr std::string_view kSegmentsRetired =
+    "retired in 0.2: segments:chunked served the segment cache from CUDA's virtual memory, "
+    "which mode:vmm, the default, now uses page by page";
 
 std::vector<Option<ShimConfig>> shim_rows() {
   std::vector<Option<ShimConfig>> rows = config::lift<ShimConfig>(config::pool_options(
-      {config::kModePool, kModeAsync, config::kModeVmm, config::kModePlanned}));
+      {config::kModeAuto, config::kModePool, kModeAsync, config::kModeVmm, config::kModePlanned}));
   rows.insert(rows.begin(),
               config::enum_option<ShimConfig>(
                   "backend", "where the memory comes from.",
@@ -28,17 +31,6 @@ std::vector<Option<ShimConfig>> shim_rows() {
                     "host memory, for tests and CPU-only machines; every device index, -1 "
                     "included, gets a host pool"}},
                   [](auto& c) -> auto& { return c.backend; }));
-  rows.insert(
-      rows.begin() + 1,
-      config::enum_option<ShimConfig>(
-          "segments", "how the pool's segments are made (mode:pool and planned).",
-          {{"whole", static_cast<int>(Segments::kWhole),
-            "one range each from the backend: cudaMalloc (host: mmap)"},
-           {"chunked", static_cast<int>(Segments::kChunked),
-            "2 MiB chunks mapped into reserved address space (CUDA's virtual memory API; host: "
-            "a memfd): the consolidated arena grows in place and a released segment's chunks "
-            "go into the next one, as the pool does over host memory"}},
-          [](auto& c) -> auto& { return c.segments; }));
   // After capacity, where the shim has always printed it.
   const auto capacity = std::find_if(rows.begin(), rows.end(),
                                      [](const auto& row) { return row.spec.key == "capacity"; });
@@ -47,6 +39,7 @@ std::vector<Option<ShimConfig>> shim_rows() {
                                 "the cap as a fraction of the device's memory (backend:host: of "
                                 "`capacity`, which it then requires).",
                                 [](auto& c) -> auto& { return c.memory_fraction; }));
+  rows.push_back(config::retired_option<ShimConfig>("segments", kSegmentsRetired));
   return rows;
 }
 
@@ -54,11 +47,6 @@ void finish(ShimConfig& c, const config::KeySet& given) {
   config::raise_to_granularity(c, given);
   if (c.backend == Backend::kHost && c.mode == Mode::kAsync) {
     throw InvalidArgument("SDALLOC_CONF: mode:async needs backend:cuda (it is cudaMallocAsync)");
-  }
-  if (c.segments == Segments::kChunked && (c.mode == Mode::kAsync || c.mode == Mode::kVmm)) {
-    throw InvalidArgument(
-        "SDALLOC_CONF: segments:chunked is for mode:pool and planned (mode:vmm maps its own "
-        "pages; mode:async takes cudaMallocAsync's)");
   }
   if (c.backend == Backend::kHost && c.memory_fraction > 0.0 && c.capacity == 0) {
     throw InvalidArgument(

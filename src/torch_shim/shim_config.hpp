@@ -3,7 +3,7 @@
 // The syntax is PyTorch's PYTORCH_CUDA_ALLOC_CONF: comma-separated `key:value` pairs, e.g.
 // "backend:cuda,mode:vmm,memory_fraction:0.9". The keys are one OptionTable
 // (config/option_table.hpp): the shared pool rows of config/pool_conf.hpp plus the shim's
-// own (backend, segments, memory_fraction, and mode async); shim_options().markdown() is the table
+// own (backend, memory_fraction, and mode async); shim_options().markdown() is the table
 // in docs/pytorch.md, which a test keeps equal. parse_shim_config() rejects an unknown key, a
 // repeated key, a missing ':' and a bad value with InvalidArgument("SDALLOC_CONF: <what>, in
 // '<pair>'"), so a typo never silently falls back to a default. Sizes take binary suffixes
@@ -22,15 +22,11 @@
 namespace sdalloc::torch_shim {
 
 enum class Backend { kCuda, kHost };
-// How a pool's segments are made (mode:pool and planned): one range each from the backend,
-// or chunks mapped into reserved address space (VirtualMemoryResource), which grow in place.
-enum class Segments { kWhole, kChunked };
-using Mode = config::PoolMode;
+using Mode = PoolMode;
 
 // mode, capacity (per device), pool, replan_after and max_plans come from PoolConf.
-struct ShimConfig : config::PoolConf {
+struct ShimConfig : PoolConf {
   Backend backend = Backend::kCuda;
-  Segments segments = Segments::kWhole;
   double memory_fraction = 0.0;  // of the device's memory (host: of capacity); 0: none
 };
 

@@ -359,16 +359,10 @@ sdalloc_status_t sdalloc_torch_set_memory_fraction(double fraction, int device) 
           "no device memory size to take a fraction of)");
     }
     sdalloc_pool* pool = s.pools[std::size_t(slot_of(device))].load();
-    if (pool != nullptr && config.mode == sdalloc::torch_shim::Mode::kVmm) {
-      throw sdalloc::InvalidArgument(
-          "the physical cap of a mode:vmm pool is fixed when the pool is created: set "
-          "memory_fraction in SDALLOC_CONF or before the device's first allocation");
-    }
     s.fractions[std::size_t(slot_of(device))] = fraction;
     if (pool != nullptr) {
-      sdalloc::torch_shim::limit_of(*pool)->set_capacity(
-          sdalloc::torch_shim::limit_for(sdalloc::torch_shim::cap_for(
-              config, fraction, sdalloc::torch_shim::fraction_base(config, *pool))));
+      pool->stack->set_capacity(sdalloc::torch_shim::cap_for(
+          config, fraction, sdalloc::torch_shim::fraction_base(config, *pool)));
     }
     return SDALLOC_SUCCESS;
   });

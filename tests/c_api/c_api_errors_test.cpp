@@ -17,7 +17,9 @@
 
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/policies/virtual_memory_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
+#include "sdalloc/resources/host_virtual_memory.hpp"
 #include "sdalloc/sdalloc.h"
 
 namespace {
@@ -93,11 +95,12 @@ TEST(CApiErrors, LastErrorIsPerThread) {
 }
 
 // The C message is the C++ exception's what(), prefixed with the C function's name, and
-// the status follows the exception type.
+// the status follows the exception type. The C pool is the default one, a VirtualMemoryPool
+// over the host's memfd.
 TEST(CApiErrors, StatusAndMessageAreTheCppErrorPrefixedWithTheFunction) {
   PoolHandle c_pool = make_pool();
-  sdalloc::HostResource host;
-  sdalloc::CachingPool cpp_pool(host);
+  sdalloc::HostVirtualMemory memory;
+  sdalloc::VirtualMemoryPool cpp_pool(memory);
 
   std::string cpp_oom;
   try {

@@ -212,9 +212,9 @@ static void stats_count_live_allocated_and_reserved_bytes(void) {
   CHECK(stats.struct_size == sizeof stats);
   CHECK(stats.live_bytes == 6000);
   CHECK(stats.allocated_bytes == 1024 + 2048 + 3072); /* rounded to 512 B */
-  CHECK(stats.reserved_bytes == SMALL_SEGMENT);
-  CHECK(stats.free_bytes == SMALL_SEGMENT - 6144);
-  CHECK(stats.largest_free_block == SMALL_SEGMENT - 6144);
+  CHECK(stats.reserved_bytes == SEGMENT);
+  CHECK(stats.free_bytes == SEGMENT - 6144);
+  CHECK(stats.largest_free_block == SEGMENT - 6144);
   CHECK(stats.fragmentation == 0.0); /* the free memory is one block */
   CHECK(stats.live_allocations == 3);
   CHECK(stats.allocations == 3);
@@ -240,7 +240,7 @@ static void stats_count_live_allocated_and_reserved_bytes(void) {
   CHECK(stats.peak_live_allocations == 3);
   CHECK(stats.frees == 1);
   CHECK(stats.fragmentation > 0.0 && stats.fragmentation < 0.02);
-  CHECK(stats.peak_overhead_ratio == (double)SMALL_SEGMENT / 6000.0);
+  CHECK(stats.peak_overhead_ratio == (double)SEGMENT / 6000.0);
 
   CHECK_OK(sdalloc_pool_reset_peak(pool));
   CHECK_OK(sdalloc_pool_stats(pool, &stats));
@@ -279,7 +279,7 @@ static void stats_fill_an_older_callers_shorter_struct(void) {
   CHECK_OK(sdalloc_pool_stats(pool, &stats));
   CHECK(stats.struct_size == first_version);
   CHECK(stats.live_bytes == 1000);
-  CHECK(stats.peak_overhead_ratio == (double)SMALL_SEGMENT / 1000.0);
+  CHECK(stats.peak_overhead_ratio == (double)SEGMENT / 1000.0);
   const unsigned char* bytes = (const unsigned char*)&stats;
   size_t untouched = 0;
   for (size_t i = first_version; i < sizeof stats; ++i) untouched += bytes[i] == 0xCD;
@@ -299,7 +299,7 @@ static void memory_stat_reads_pytorch_keys(void) {
   CHECK_OK(sdalloc_memory_stat(pool, "requested_bytes.all.current", &value));
   CHECK(value == 1000);
   CHECK_OK(sdalloc_memory_stat(pool, "reserved_bytes.all.peak", &value));
-  CHECK(value == (int64_t)SMALL_SEGMENT);
+  CHECK(value == (int64_t)SEGMENT);
   CHECK_OK(sdalloc_memory_stat(pool, "allocation.all.current", &value));
   CHECK(value == 1);
   CHECK_OK(sdalloc_memory_stat(pool, "num_ooms", &value));

@@ -5,6 +5,7 @@
  * Every function and every documented error path is exercised, here and in the files
  * c_check.h names. Each CHECK counts as one test; the program prints "N passed, M failed"
  * and exits non-zero if any failed. */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,7 @@ static void config_init_fills_the_defaults(void) {
   CHECK(config.planned == false);
   CHECK(config.max_plans == 4);
   CHECK(config.planner_max_search_nodes == 0);
+  CHECK(config.mode == SDALLOC_MODE_AUTO);
   sdalloc_pool_config_init(NULL); /* documented no-op: must not crash */
 }
 
@@ -129,6 +131,8 @@ static void pool_create_rejects_bad_arguments(void) {
   CHECK_MESSAGE("min_segment_size");
 }
 
+/* With no config, a host pool maps pages (mode AUTO is VMM where memory is virtual): 100
+ * bytes hold one 64 KiB page, not a 2 MiB segment. */
 static void pool_create_with_null_config_uses_defaults(void) {
   g_test = "pool_create_with_null_config_uses_defaults";
   sdalloc_pool_t* pool = NULL;
@@ -139,85 +143,128 @@ static void pool_create_with_null_config_uses_defaults(void) {
   sdalloc_stats_t stats;
   stats.struct_size = sizeof stats;
   CHECK_OK(sdalloc_pool_stats(pool, &stats));
-  CHECK(stats.reserved_bytes == SMALL_SEGMENT); /* one segment of a small pool */
+  CHECK(stats.reserved_bytes == VM_PAGE);
   CHECK_OK(sdalloc_free(pool, p, NULL));
   sdalloc_pool_destroy(pool);
   sdalloc_pool_destroy(NULL); /* documented no-op */
 }
 
-static void small_pool_limit_zero_takes_min_segment_size_segments(void) {
-  g_test = "small_pool_limit_zero_takes_min_segment_size_segments";
-  sdalloc_pool_config_t config;
-  sdalloc_pool_config_init(&config);
-  CHECK(config.small_pool_limit == 64 * MIB);
-  CHECK(config.small_granularity == SMALL_SEGMENT);
-  config.small_pool_limit = 0;
+static size_t reserved_after_100_bytes(const sdalloc_pool_config_t* config) {
   sdalloc_pool_t* pool = NULL;
-  CHECK_OK(sdalloc_pool_create(&config, &pool));
+  CHECK_OK(sdalloc_pool_create(config, &pool));
+  if (pool == NULL) return 0;
   void* p = NULL;
   CHECK_OK(sdalloc_malloc(pool, 100, NULL, &p));
   sdalloc_stats_t stats;
   stats.struct_size = sizeof stats;
   CHECK_OK(sdalloc_pool_stats(pool, &stats));
-  CHECK(stats.reserved_bytes == 2 * MIB); /* one min_segment_size segment */
   CHECK_OK(sdalloc_free(pool, p, NULL));
   sdalloc_pool_destroy(pool);
-  config.small_pool_limit = 64 * MIB;
-  config.small_granularity = 100 * 1024; /* not a power of two */
-  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_create(&config, &pool));
-  CHECK_MESSAGE("small_granularity");
+  return stats.reserved_bytes;
 }
 
-/* Two 6 MiB blocks freed, then 10 MiB: the two segments are released to grow; with spare
- * pages the 2 MiB the new segment does not need stay held, and once the 10 MiB are freed the
- * next allocation consolidates them into a 12 MiB arena, which a 16 MiB request then grows
- * in place (one segment of 17 MiB). Without either (nor free ends), the 10 MiB segment is the only
- * one (no consolidation) and the 16 MiB request takes a segment beside it (26 MiB). */
-static void spare_pages_and_arena_growth_follow_the_config(void) {
-  g_test = "spare_pages_and_arena_growth_follow_the_config";
+/* mode picks the pool; a caller built against a header without the field (its struct_size
+ * ends before it) gets mode POOL, the only pool those versions built. */
+static void mode_picks_the_pool_and_older_callers_get_the_segment_cache(void) {
+  g_test = "mode_picks_the_pool_and_older_callers_get_the_segment_cache";
   sdalloc_pool_config_t config;
   sdalloc_pool_config_init(&config);
-  CHECK(config.keep_spare_pages);
-  CHECK(config.grow_arena);
-  CHECK(config.cut_free_ends);
+  CHECK(config.mode == SDALLOC_MODE_AUTO);
+  CHECK(reserved_after_100_bytes(&config) == VM_PAGE);
+  config.mode = SDALLOC_MODE_VMM;
+  CHECK(reserved_after_100_bytes(&config) == VM_PAGE);
+  config.mode = SDALLOC_MODE_POOL;
+  CHECK(reserved_after_100_bytes(&config) == SEGMENT);
+
+  memset(&config, 0xAB, sizeof config);
+  sdalloc_pool_config_init_sized(&config, offsetof(sdalloc_pool_config_t, mode));
+  CHECK(config.struct_size == offsetof(sdalloc_pool_config_t, mode));
+  CHECK(reserved_after_100_bytes(&config) == SEGMENT);
+  config.planned = true; /* the old way to ask for a planned pool still works */
+  sdalloc_pool_t* pool = NULL;
+  CHECK_OK(sdalloc_pool_create(&config, &pool));
+  CHECK_OK(sdalloc_pool_begin_step(pool, NULL));
+  CHECK_OK(sdalloc_pool_end_step(pool));
+  sdalloc_pool_destroy(pool);
+}
+
+static void bad_modes_are_invalid_arguments(void) {
+  g_test = "bad_modes_are_invalid_arguments";
+  sdalloc_pool_config_t config;
+  sdalloc_pool_t* pool = (sdalloc_pool_t*)&config;
+  sdalloc_pool_config_init(&config);
+  config.mode = (sdalloc_pool_mode_t)7;
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_create(&config, &pool));
+  CHECK(pool == NULL);
+  CHECK_MESSAGE("unknown mode 7");
+
+  sdalloc_pool_config_init(&config);
+  config.mode = SDALLOC_MODE_VMM;
+  config.planned = true; /* two answers to one question */
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_create(&config, &pool));
+  CHECK_MESSAGE("config.planned");
+
+  sdalloc_pool_config_init(&config);
+  config.mode = SDALLOC_MODE_VMM;
+  config.resource = SDALLOC_RESOURCE_HOST_HUGEPAGES; /* whole segments only */
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_create(&config, &pool));
+  CHECK_MESSAGE("mode:vmm needs memory that can be mapped page by page");
+  config.mode = SDALLOC_MODE_AUTO; /* which picks the segment cache there */
+  CHECK(reserved_after_100_bytes(&config) == SEGMENT);
+}
+
+/* The fields retired in 0.2 are accepted, change nothing, and are not checked any more. */
+static void retired_fields_are_accepted_and_ignored(void) {
+  g_test = "retired_fields_are_accepted_and_ignored";
+  sdalloc_pool_config_t config;
+  sdalloc_pool_config_init(&config);
+  CHECK(config.small_pool_limit == 64 * MIB);
+  CHECK(config.small_granularity == 128 * KIB);
+  CHECK(config.keep_spare_pages && config.grow_arena && config.cut_free_ends);
+  config.mode = SDALLOC_MODE_POOL;
+  const size_t by_default = reserved_after_100_bytes(&config);
   config.small_pool_limit = 0;
-  config.huge_threshold = 64 * MIB;
-  for (int on = 1; on >= 0; --on) {
-    config.keep_spare_pages = on != 0;
-    config.grow_arena = on != 0;
-    config.cut_free_ends = on != 0; /* off, the 16 MiB would take the 10 MiB's free end */
-    sdalloc_pool_t* pool = NULL;
-    CHECK_OK(sdalloc_pool_create(&config, &pool));
+  config.small_granularity = 100 * 1024; /* once refused: not a power of two */
+  config.keep_spare_pages = false;
+  config.grow_arena = false;
+  config.cut_free_ends = false;
+  CHECK(reserved_after_100_bytes(&config) == by_default);
+}
+
+/* Two 6 MiB blocks freed, then 10 MiB. The segment cache releases both segments to take one
+ * of 10 MiB; the page pool maps 10 MiB of the pages it holds under the new block and takes
+ * nothing new. */
+static void a_larger_request_reuses_freed_memory_in_both_modes(void) {
+  g_test = "a_larger_request_reuses_freed_memory_in_both_modes";
+  const sdalloc_pool_mode_t modes[2] = {SDALLOC_MODE_POOL, SDALLOC_MODE_VMM};
+  for (int i = 0; i < 2; ++i) {
+    g_mode = modes[i];
+    sdalloc_pool_t* pool = new_pool(0);
     void* a = NULL;
     void* b = NULL;
     void* c = NULL;
-    void* low = NULL;
-    void* big = NULL;
     CHECK_OK(sdalloc_malloc(pool, 6 * MIB, NULL, &a));
     CHECK_OK(sdalloc_malloc(pool, 6 * MIB, NULL, &b));
     CHECK_OK(sdalloc_free(pool, a, NULL));
     CHECK_OK(sdalloc_free(pool, b, NULL));
     CHECK_OK(sdalloc_malloc(pool, 10 * MIB, NULL, &c));
+    if (c != NULL) memset(c, 0x3C, 10 * MIB);
     sdalloc_stats_t stats;
     stats.struct_size = sizeof stats;
     CHECK_OK(sdalloc_pool_stats(pool, &stats));
-    CHECK(stats.reserved_bytes == (on ? 12 : 10) * MIB);
+    CHECK(stats.reserved_bytes == (g_mode == SDALLOC_MODE_POOL ? 10 : 12) * MIB);
+    CHECK(stats.peak_reserved_bytes == 12 * MIB);
     CHECK_OK(sdalloc_free(pool, c, NULL));
-    CHECK_OK(sdalloc_malloc(pool, MIB, NULL, &low));
-    CHECK_OK(sdalloc_malloc(pool, 16 * MIB, NULL, &big));
-    CHECK_OK(sdalloc_pool_stats(pool, &stats));
-    CHECK(stats.segments == (on ? 1u : 2u));
-    CHECK(stats.reserved_bytes == (on ? 17 : 26) * MIB);
-    CHECK_OK(sdalloc_free(pool, big, NULL));
-    CHECK_OK(sdalloc_free(pool, low, NULL));
     sdalloc_pool_destroy(pool);
   }
+  g_mode = SDALLOC_MODE_POOL;
 }
 
 static void initial_reservation_is_taken_at_creation_and_kept(void) {
   g_test = "initial_reservation_is_taken_at_creation_and_kept";
   sdalloc_pool_config_t config;
   sdalloc_pool_config_init(&config);
+  config.mode = SDALLOC_MODE_POOL;
   config.initial_reservation = 8 * MIB;
   sdalloc_pool_t* pool = NULL;
   CHECK_OK(sdalloc_pool_create(&config, &pool));
@@ -482,22 +529,23 @@ static void streams_are_separate_shards(void) {
   sdalloc_pool_destroy(pool);
 }
 
-static void trim_releases_cached_segments(void) {
-  g_test = "trim_releases_cached_segments";
+static void trim_releases_cached_memory(void) {
+  g_test = "trim_releases_cached_memory";
   sdalloc_pool_t* pool = new_pool(0);
   void* p = NULL;
   CHECK_OK(sdalloc_malloc(pool, 3 * MIB, NULL, &p));
   CHECK_OK(sdalloc_free(pool, p, NULL));
+  /* A segment is a multiple of 2 MiB; pages are 64 KiB. */
+  const size_t held = g_mode == SDALLOC_MODE_POOL ? 4 * MIB : 3 * MIB;
   sdalloc_stats_t stats;
   stats.struct_size = sizeof stats;
   CHECK_OK(sdalloc_pool_stats(pool, &stats));
-  CHECK(stats.reserved_bytes == 3 * MIB); /* cached after the free */
+  CHECK(stats.reserved_bytes == held); /* cached after the free */
   size_t released = 0;
   CHECK_OK(sdalloc_trim(pool, &released));
-  CHECK(released == 3 * MIB);
+  CHECK(released == held);
   CHECK_OK(sdalloc_pool_stats(pool, &stats));
   CHECK(stats.reserved_bytes == 0);
-  CHECK(stats.segment_releases == 1);
   CHECK_OK(sdalloc_trim(pool, NULL)); /* released is optional */
   sdalloc_pool_destroy(pool);
 }
@@ -512,22 +560,30 @@ int main(void) {
   config_init_fills_the_defaults();
   pool_create_rejects_bad_arguments();
   pool_create_with_null_config_uses_defaults();
-  small_pool_limit_zero_takes_min_segment_size_segments();
-  spare_pages_and_arena_growth_follow_the_config();
+  mode_picks_the_pool_and_older_callers_get_the_segment_cache();
+  bad_modes_are_invalid_arguments();
+  retired_fields_are_accepted_and_ignored();
+  a_larger_request_reuses_freed_memory_in_both_modes();
   initial_reservation_is_taken_at_creation_and_kept();
   hugepage_pool_serves_2mib_aligned_segments();
 
-  malloc_returns_aligned_writable_memory();
-  zero_size_malloc_returns_null_and_free_null_is_a_no_op();
-  null_pool_and_null_out_are_invalid_arguments();
-  double_free_is_rejected_with_a_message();
-  foreign_and_interior_pointers_are_rejected();
-  huge_size_is_out_of_memory();
-  malloc_aligned_honours_alignment_and_rejects_bad_ones();
-  exhausted_capacity_is_out_of_memory_and_the_pool_recovers();
-  record_stream_delays_nothing_on_host_and_frees_normally();
-  streams_are_separate_shards();
-  trim_releases_cached_segments();
+  /* What every pool promises, checked on each pool a host caller can build. */
+  const sdalloc_pool_mode_t modes[2] = {SDALLOC_MODE_POOL, SDALLOC_MODE_VMM};
+  for (int i = 0; i < 2; ++i) {
+    g_mode = modes[i];
+    malloc_returns_aligned_writable_memory();
+    zero_size_malloc_returns_null_and_free_null_is_a_no_op();
+    null_pool_and_null_out_are_invalid_arguments();
+    double_free_is_rejected_with_a_message();
+    foreign_and_interior_pointers_are_rejected();
+    huge_size_is_out_of_memory();
+    malloc_aligned_honours_alignment_and_rejects_bad_ones();
+    exhausted_capacity_is_out_of_memory_and_the_pool_recovers();
+    record_stream_delays_nothing_on_host_and_frees_normally();
+    streams_are_separate_shards();
+    trim_releases_cached_memory();
+  }
+  g_mode = SDALLOC_MODE_POOL;
 
   run_step_and_stats_tests();
   run_tensor_tests();

@@ -8,6 +8,21 @@
 int g_passed = 0;
 int g_failed = 0;
 const char* g_test = "";
+sdalloc_pool_mode_t g_mode = SDALLOC_MODE_POOL;
+
+const char* mode_name(sdalloc_pool_mode_t mode) {
+  switch (mode) {
+    case SDALLOC_MODE_AUTO:
+      return "auto";
+    case SDALLOC_MODE_POOL:
+      return "pool";
+    case SDALLOC_MODE_VMM:
+      return "vmm";
+    case SDALLOC_MODE_PLANNED:
+      return "planned";
+  }
+  return "?";
+}
 
 void check_at(int ok, const char* expression, const char* file, int line) {
   if (ok) {
@@ -15,8 +30,8 @@ void check_at(int ok, const char* expression, const char* file, int line) {
     return;
   }
   ++g_failed;
-  fprintf(stderr, "%s:%d: %s: CHECK failed: %s\n  last error: \"%s\"\n", file, line, g_test,
-          expression, sdalloc_last_error());
+  fprintf(stderr, "%s:%d: %s (mode %s): CHECK failed: %s\n  last error: \"%s\"\n", file, line,
+          g_test, mode_name(g_mode), expression, sdalloc_last_error());
 }
 
 void check_status_at(sdalloc_status_t got, sdalloc_status_t want, const char* call,
@@ -26,15 +41,16 @@ void check_status_at(sdalloc_status_t got, sdalloc_status_t want, const char* ca
     return;
   }
   ++g_failed;
-  fprintf(stderr, "%s:%d: %s: %s returned %s, expected %s\n  last error: \"%s\"\n", file, line,
-          g_test, call, sdalloc_status_string(got), sdalloc_status_string(want),
-          sdalloc_last_error());
+  fprintf(stderr, "%s:%d: %s (mode %s): %s returned %s, expected %s\n  last error: \"%s\"\n", file,
+          line, g_test, mode_name(g_mode), call, sdalloc_status_string(got),
+          sdalloc_status_string(want), sdalloc_last_error());
 }
 
 sdalloc_pool_t* new_pool(size_t capacity) {
   sdalloc_pool_config_t config;
   sdalloc_pool_config_init(&config);
   config.capacity = capacity;
+  config.mode = g_mode;
   sdalloc_pool_t* pool = NULL;
   CHECK_OK(sdalloc_pool_create(&config, &pool));
   CHECK(pool != NULL);

@@ -13,6 +13,8 @@
 extern int g_passed;
 extern int g_failed;
 extern const char* g_test; /* the running test's name, for the failure lines */
+/* The mode new_pool builds: the tests that hold for every pool run once per mode. */
+extern sdalloc_pool_mode_t g_mode;
 
 void check_at(int ok, const char* expression, const char* file, int line);
 void check_status_at(sdalloc_status_t got, sdalloc_status_t want, const char* call,
@@ -26,12 +28,14 @@ void check_status_at(sdalloc_status_t got, sdalloc_status_t want, const char* ca
 
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
-/* A pool below CachingPoolOptions::small_pool_limit (64 MiB) takes segments in multiples of
- * small_granularity (128 KiB), not of the 2 MiB segment granularity. */
-#define SMALL_SEGMENT ((size_t)128 * 1024)
+/* A mode POOL pool's smallest segment (min_segment_size's default). */
+#define SEGMENT ((size_t)2 * MIB)
+/* A mode VMM pool's page on host memory (64 KiB; the memfd's 4 KiB granularity is finer). */
+#define VM_PAGE ((size_t)64 * KIB)
 
-/* A default pool with this capacity (0: none); exits when it cannot be made. */
+/* A default pool of mode g_mode with this capacity (0: none); exits when it cannot be made. */
 sdalloc_pool_t* new_pool(size_t capacity);
+const char* mode_name(sdalloc_pool_mode_t mode);
 int is_aligned(const void* ptr, size_t alignment);
 
 /* The other files' tests, in their order. */

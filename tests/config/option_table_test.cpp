@@ -28,7 +28,7 @@ struct MallocConf : PoolConf {
 };
 
 std::vector<Option<MallocConf>> malloc_rows() {
-  auto rows = lift<MallocConf>(pool_options({kModePool, kModeVmm, kModePlanned}));
+  auto rows = lift<MallocConf>(pool_options({kModeAuto, kModePool, kModeVmm, kModePlanned}));
   rows.push_back(size_option<MallocConf>(
       "threshold", "smaller requests go to the pool.",
       [](auto& c) -> auto& { return c.threshold; }));
@@ -70,16 +70,35 @@ TEST(OptionTable, EveryEnumNameParsesToItsValue) { test::expect_enum_names_parse
 
 TEST(OptionTable, ASharedRowAcceptsOnlyTheModesItsFrontEndServes) {
   EXPECT_EQ(parse_error("mode:async"),
-            "TEST_CONF: mode must be pool, vmm or planned, in 'mode:async'");
+            "TEST_CONF: mode must be auto, pool, vmm or planned, in 'mode:async'");
 }
 
-// plan_nodes (a count of 0) and record (empty text) are not set by default: left out.
+// plan_nodes (a count of 0), record (empty text) and the retired keys (no value) are not set
+// by default: left out.
 TEST(OptionTable, FormatWritesEveryKeyInTableOrderAndLeavesOutUnsetValues) {
   EXPECT_EQ(table().format(MallocConf{}),
-            "mode:pool,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,min_segment:2MiB,"
-            "huge_threshold:8MiB,small_pool:64MiB,small_granularity:128KiB,"
-            "initial_reservation:0B,release_before_growth:true,consolidate:true,spare_pages:true,"
-            "grow_arena:true,cut_free_ends:true,threshold:64KiB,report:false");
+            "mode:auto,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,min_segment:2MiB,"
+            "huge_threshold:8MiB,initial_reservation:0B,release_before_growth:true,"
+            "consolidate:true,threshold:64KiB,report:false");
+}
+
+// Keys that no longer mean anything are accepted with any value, change nothing, and say so
+// once each, so scripts written for an older sdalloc keep working.
+TEST(OptionTable, ARetiredKeyIsAcceptedIgnoredAndWarnedAbout) {
+  std::vector<std::string> warnings;
+  const MallocConf c =
+      table().parse("spare_pages:false,mode:vmm,cut_free_ends:anything", &warnings);
+  EXPECT_EQ(c.mode, PoolMode::kVmm);
+  EXPECT_EQ(table().format(c), table().format(table().parse("mode:vmm")));
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_EQ(warnings[0],
+            "TEST_CONF: 'spare_pages' no longer has any effect and is ignored (retired in 0.2: "
+            "where memory is virtual, vmm moves pages; docs/pools.md)");
+  EXPECT_TRUE(Contains(warnings[1], "'cut_free_ends' no longer has any effect"));
+  EXPECT_TRUE(Contains(table().markdown(), "| `spare_pages` | any (ignored) | retired in 0.2"));
+  // A retired key is still a key: repeating it is an error, as for any other.
+  EXPECT_EQ(parse_error("grow_arena:true,grow_arena:false"),
+            "TEST_CONF: the key 'grow_arena' is repeated, in 'grow_arena:false'");
 }
 
 TEST(OptionTable, EverySettingSurvivesFormatThenParse) {
@@ -111,7 +130,7 @@ TEST(OptionTable, BlanksEmptyPairsAndATrailingCommaAreIgnored) {
   EXPECT_EQ(c.mode, PoolMode::kVmm);
   EXPECT_EQ(c.capacity, std::size_t{2} << 20);
   EXPECT_EQ(table().parse("").capacity, 0u);
-  EXPECT_EQ(table().parse(" , ").mode, PoolMode::kPool);
+  EXPECT_EQ(table().parse(" , ").mode, PoolMode::kAuto);
 }
 
 TEST(OptionTable, FinishSeesWhichKeysWereGiven) {
@@ -139,9 +158,8 @@ TEST(OptionTable, RejectsARepeatedKey) {
 TEST(OptionTable, RejectsAnUnknownKeyListingEveryKnownOne) {
   EXPECT_EQ(parse_error("capcity:1"),
             "TEST_CONF: unknown key 'capcity' (known: mode, capacity, replan_after, max_plans, "
-            "plan_nodes, granularity, min_segment, huge_threshold, small_pool, small_granularity, "
-            "initial_reservation, release_before_growth, consolidate, spare_pages, grow_arena, "
-            "cut_free_ends, threshold, report, record), in 'capcity:1'");
+            "plan_nodes, granularity, min_segment, huge_threshold, initial_reservation, "
+            "release_before_growth, consolidate, threshold, report, record), in 'capcity:1'");
 }
 
 TEST(OptionTable, ThePairsAreCheckedInOrder) {
@@ -175,7 +193,7 @@ TEST(OptionTable, RejectsCountsBelowOneAndNonIntegers) {
 
 TEST(OptionTable, RejectsAnUnknownEnumName) {
   EXPECT_EQ(parse_error("mode:Pool"),
-            "TEST_CONF: mode must be pool, vmm or planned, in 'mode:Pool'");
+            "TEST_CONF: mode must be auto, pool, vmm or planned, in 'mode:Pool'");
 }
 
 TEST(OptionTable, RejectsBoolsOtherThanTrueAndFalse) {
@@ -261,7 +279,7 @@ TEST(OptionTableDocs, MarkdownHasOneLinePerKeyWithTypeHelpAndDefault) {
   std::size_t lines = 0;
   for (const char c : md) lines += c == '\n' ? 1 : 0;
   EXPECT_EQ(lines, 2 + table().rows().size());
-  EXPECT_TRUE(Contains(md, "| `mode` | `pool`, `vmm`, `planned` | how the pool gets"));
+  EXPECT_TRUE(Contains(md, "| `mode` | `auto`, `pool`, `vmm`, `planned` | which pool serves"));
   EXPECT_TRUE(Contains(md, "`vmm`: a VirtualMemoryPool"));
   EXPECT_TRUE(Contains(md, "| `max_plans` | whole number >= 1 | `mode:planned`: plans kept"));
   EXPECT_TRUE(Contains(md, "| `threshold` | size (B, KiB, MiB, GiB, TiB) | smaller"));
@@ -279,7 +297,7 @@ TEST(OptionTableDocs, HelpListsEveryKeyWithItsDefault) {
   EXPECT_TRUE(Contains(help,
                        "\nthreshold: size (B, KiB, MiB, GiB, TiB); default 64KiB\n"
                        "    smaller requests go to the pool.\n"));
-  EXPECT_TRUE(Contains(help, "\nmode: pool | vmm | planned; default pool\n"));
+  EXPECT_TRUE(Contains(help, "\nmode: auto | pool | vmm | planned; default auto\n"));
   EXPECT_TRUE(Contains(help, "\n    planned - a repeated step"));
   EXPECT_TRUE(Contains(help, "\nrecord: text; default none\n"));
 }

@@ -143,33 +143,6 @@ TYPED_TEST(ResourceConformance, ZeroBytesReturnsNullAndReservesNothing) {
   }
 }
 
-// coalesce (core/resource.hpp) is deallocate of each range and then allocate, whatever the
-// resource does inside: the new range is aligned, usable and disjoint from what stays live,
-// the figures count the ranges as returned, and zero bytes hand out nothing.
-TYPED_TEST(ResourceConformance, CoalesceReturnsTheRangesAndHandsOutOneUsableRange) {
-  ReferenceModel model = this->new_model();
-  void* kept = this->resource().allocate(3 * kMiB + 5);
-  ASSERT_TRUE(model.add(kept, 3 * kMiB + 5));
-  std::vector<ResourceRange> ranges;
-  for (const std::size_t size : {std::size_t{4096}, kMiB + 17, 2 * kMiB}) {
-    void* ptr = this->resource().allocate(size);
-    ASSERT_TRUE(model.add(ptr, size));
-    ranges.push_back({ptr, size});
-  }
-  for (const ResourceRange& range : ranges) ASSERT_TRUE(model.remove(range.ptr));
-  void* merged = this->resource().coalesce(ranges, 5 * kMiB + 3);
-  ASSERT_TRUE(model.add(merged, 5 * kMiB + 3)) << this->resource().name();
-  this->expect_accounting(model);
-
-  // Zero bytes: the range goes back and nothing comes out.
-  ASSERT_TRUE(model.remove(merged));
-  const ResourceRange last[] = {{merged, 5 * kMiB + 3}};
-  EXPECT_EQ(this->resource().coalesce(last, 0), nullptr);
-  this->expect_accounting(model);
-  ASSERT_TRUE(this->free_all(model));
-  this->expect_accounting(model);
-}
-
 // ---- random sequences -----------------------------------------------------------------------
 
 TYPED_TEST(ResourceConformance, RandomMixedSizesMatchTheReferenceModel) {

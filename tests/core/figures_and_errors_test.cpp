@@ -197,21 +197,17 @@ TEST(PoolStatsTest, FormattedTableShowsBytesInMiBAndRatios) {
   }
 }
 
-// The CachingPool-only counts appear where they happened, so that a stitch or a growth in
-// every pass shows in the table, and a pool that never made one is not cluttered by them.
-TEST(PoolStatsTest, FormattedTableShowsArenaGrowthsAndStitchesWhereThereWereAny) {
+// Spare chunks (a VirtualMemoryPool's, held but mapped nowhere) appear where there are some:
+// a pool that holds none is not cluttered by the row.
+TEST(PoolStatsTest, FormattedTableShowsSpareChunksWhereThereAreSome) {
   PoolStats s = distinct_stats();
-  EXPECT_FALSE(Contains(format_stats(s), "arena growths"));
-  EXPECT_FALSE(Contains(format_stats(s), "stitches"));
-  s.arena_growths = 2;
-  s.stitches = 7;
+  s.spare_bytes = 0;
+  EXPECT_FALSE(Contains(format_stats(s), "spare chunks"));
+  s.spare_bytes = 3 << 20;
   const std::string table = format_stats(s);
-  const std::size_t growths = table.find("arena growths");
-  const std::size_t stitches = table.find("stitches");
-  ASSERT_NE(growths, std::string::npos);
-  ASSERT_NE(stitches, std::string::npos);
-  EXPECT_EQ(table.substr(growths, table.find('\n', growths) - growths).back(), '2');
-  EXPECT_EQ(table.substr(stitches, table.find('\n', stitches) - stitches).back(), '7');
+  const std::size_t row = table.find("spare chunks");
+  ASSERT_NE(row, std::string::npos);
+  EXPECT_TRUE(Contains(table.substr(row, table.find('\n', row) - row), "3.0 MiB"));
 }
 
 TEST(HostStreamEventsTest, SharedInstanceReportsEveryEventComplete) {

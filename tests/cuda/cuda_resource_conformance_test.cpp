@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda_device_check.hpp"
+#include "sdalloc/config/make_pool.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/cuda/cuda_async_resource.hpp"
 #include "sdalloc/cuda/cuda_error.hpp"
@@ -264,16 +265,19 @@ TEST(PinnedHostRegistration, PinsExistingMemoryWhileItLives) {
   EXPECT_EQ(again.size(), buffer.size());
 }
 
-TEST(DevicePool, ServesTensorsFromCachedDeviceMemory) {
+TEST(DeviceBackend, ServesEveryModeFromTheDevicesMemory) {
   SDALLOC_REQUIRE_CUDA_DEVICE();
-  for (DeviceResourceKind kind : {DeviceResourceKind::kCuda, DeviceResourceKind::kCudaAsync}) {
-    DevicePoolOptions options;
-    options.upstream = kind;
-    DevicePool pool(0, options);
-    void* p = pool.pool().allocate(3 * kMiB);
+  for (PoolMode mode : {PoolMode::kPool, PoolMode::kAsync, PoolMode::kVmm}) {
+    SCOPED_TRACE(to_string(mode));
+    PoolConf conf;
+    conf.mode = mode;
+    std::unique_ptr<PoolStack> stack =
+        make_pool(conf, device_backend(0, {.async_segments = mode == PoolMode::kAsync}));
+    AnyPool& pool = *stack->pool;
+    void* p = pool.allocate(3 * kMiB, kPoolRounding, kDefaultStream);
     EXPECT_TRUE(holds_pattern(p, 3 * kMiB, 11));
-    pool.pool().deallocate(p, 3 * kMiB);
-    EXPECT_EQ(pool.pool().stats().live_bytes, 0u);
+    pool.deallocate(p, 3 * kMiB, kDefaultStream);
+    EXPECT_EQ(pool.stats().live_bytes, 0u);
   }
 }
 

@@ -15,12 +15,11 @@
 #include <vector>
 
 #include "cuda_device_check.hpp"
+#include "sdalloc/config/make_pool.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/cuda/cuda_virtual_memory.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
-#include "sdalloc/resources/virtual_memory_resource.hpp"
+#include "sdalloc/cuda/device_resource.hpp"
 #include "stream_gate.hpp"
-#include "support/arena_after_churn.hpp"
 
 namespace sdalloc::cuda {
 namespace {
@@ -141,26 +140,22 @@ TEST_F(CudaVirtualMemoryTest, DestructorFreesWhatIsLeft) {
   EXPECT_GE(free_after, free_before + 2 * g_);
 }
 
-// The stack of the shim's segments:chunked: a CachingPool whose consolidated arena grows
-// in place over device memory, its old bytes kept and the new ones usable.
-TEST_F(CudaVirtualMemoryTest, APoolOverItsRangesGrowsItsArenaInPlace) {
-  VirtualMemoryResource ranges(*vm_);
-  CachingPool pool(ranges, sdalloc::test::arena_test_options());
-  void* low = sdalloc::test::churn_into_arena(pool);
-  ASSERT_EQ(pool.stats().consolidations, 1u);
+// The pool make_pool() builds on a device by default: a VirtualMemoryPool over its cuMem
+// memory, whose pages hold what was written through every later request.
+TEST(CudaDeviceBackend, TheDefaultPoolOnADeviceMapsPages) {
+  SDALLOC_REQUIRE_CUDA_DEVICE();
+  std::unique_ptr<PoolStack> stack = make_pool(PoolConf{}, device_backend(0));
+  ASSERT_EQ(stack->mode, PoolMode::kVmm);
+  AnyPool& pool = *stack->pool;
+  void* low = pool.allocate(kMiB, kPoolRounding, kDefaultStream);
   ASSERT_EQ(cudaMemset(low, 0x3c, kMiB), cudaSuccess);
-  void* big = pool.allocate(16 * kMiB);
-  EXPECT_EQ(pool.stats().arena_growths, 1u);
-  EXPECT_EQ(pool.stats().segments, 1u);
+  void* big = pool.allocate(16 * kMiB, kPoolRounding, kDefaultStream);
   ASSERT_EQ(cudaMemset(big, 0x4d, 16 * kMiB), cudaSuccess);
   EXPECT_TRUE(reads_as(low, kMiB, 0x3c));
   EXPECT_TRUE(reads_as(big, 16 * kMiB, 0x4d));
-  pool.free(big);
-  pool.free(low);
+  pool.free(big, kDefaultStream);
+  pool.free(low, kDefaultStream);
   pool.check_invariants();
-  // What the pool holds, rounded up to whole chunks of the device's granularity.
-  EXPECT_GE(ranges.mapped_bytes(), pool.stats().reserved_bytes);
-  EXPECT_LT(ranges.mapped_bytes(), pool.stats().reserved_bytes + 2 * g_);
 }
 
 TEST(CudaVirtualMemoryPeers, BadPeersAreRejected) {

@@ -10,6 +10,7 @@
 #include "onnxruntime/ort_env.hpp"
 #include "sdalloc/onnxruntime/ort_allocator.hpp"
 #include "sdalloc/onnxruntime/planned_run.hpp"
+#include "sdalloc/resources/host_backend.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/host_virtual_memory.hpp"
 
@@ -94,7 +95,7 @@ TEST_P(OrtSession, PlannedRunsAreServedFromTheArenaBitEqual) {
   planned.arena().check_invariants();
 }
 
-// planned_session_options(): over the runs after the first (the steady state, as the
+// planned_session_conf(): over the runs after the first (the steady state, as the
 // benchmark measures it), the pool holds at most 2 % more than their peak live bytes, both
 // beyond what was live before them: the arena is the plan's size, and the initializers and
 // kept outputs lie in segments of their own size. Measured 1.012 x (small_unet) and 1.014 x
@@ -102,10 +103,9 @@ TEST_P(OrtSession, PlannedRunsAreServedFromTheArenaBitEqual) {
 // sum of its sources' peaks, which the recorded first run inflated; with
 // CachingPoolOptions' default fallback the kept outputs' segments (128 KiB and more each)
 // held 1.02-1.03 x on the benchmark's models.
-TEST_P(OrtSession, PlannedSessionOptionsHoldTheRunsPeakLiveBytes) {
+TEST_P(OrtSession, PlannedSessionConfHoldsTheRunsPeakLiveBytes) {
   const Model model = read_model(models_dir(), GetParam());
-  OrtPoolAllocator allocator(
-      std::make_shared<PoolOf<PlannedArena>>(host(), planned_session_options()));
+  OrtPoolAllocator allocator(share_pool(make_pool(planned_session_conf(), host_backend())));
   OrtEnvAllocator registered(test_env(), allocator);
   ModelRunner runner(test_env(), model, sdalloc_settings());
   PlannedSession planned(runner.session(), allocator);

@@ -20,14 +20,13 @@ namespace sdalloc {
 namespace {
 
 using test::KiB;
-using test::large_pool_options;
 using test::MiB;
 
 class CachingPoolErrors : public test::CachingPoolOnHost {};
 
 TEST_F(CachingPoolErrors, OutOfMemoryReleasesTheCacheAndRetries) {
   LimitResource card(upstream_, 16 * MiB);
-  CachingPoolOptions options = large_pool_options();
+  CachingPoolOptions options = CachingPoolOptions{};
   options.release_cached_before_growth = false;
   CachingPool pool(card, options);
   void* a = pool.allocate(2 * MiB);
@@ -43,7 +42,7 @@ TEST_F(CachingPoolErrors, OutOfMemoryReleasesTheCacheAndRetries) {
 
 TEST_F(CachingPoolErrors, OutOfMemoryStatesTheFiguresAndLeavesThePoolWorking) {
   LimitResource card(upstream_, 16 * MiB);
-  CachingPool pool(card, large_pool_options());
+  CachingPool pool(card, CachingPoolOptions{});
   void* a = pool.allocate(10 * MiB);
   const PoolStats before = pool.stats();
   try {
@@ -70,7 +69,7 @@ TEST_F(CachingPoolErrors, OutOfMemoryStatesTheFiguresAndLeavesThePoolWorking) {
 }
 
 TEST_F(CachingPoolErrors, HonoursLargeAlignments) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   for (std::size_t alignment : {std::size_t{1024}, 4 * KiB, 64 * KiB, 1 * MiB, 4 * MiB}) {
     void* p = pool.allocate(1000, alignment, kDefaultStream);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignment, 0u) << alignment;
@@ -80,7 +79,7 @@ TEST_F(CachingPoolErrors, HonoursLargeAlignments) {
 }
 
 TEST_F(CachingPoolErrors, RejectsAlignmentThatIsNotAPowerOfTwo) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   EXPECT_THROW((void)pool.allocate(64, 3, kDefaultStream), InvalidArgument);
   EXPECT_THROW((void)pool.allocate(64, 2 * CachingPool::kMaxAlignment, kDefaultStream),
                InvalidArgument);
@@ -88,7 +87,7 @@ TEST_F(CachingPoolErrors, RejectsAlignmentThatIsNotAPowerOfTwo) {
 }
 
 TEST_F(CachingPoolErrors, DoubleFreeIsRejectedAndNamed) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   void* a = pool.allocate(4096);
   void* keep = pool.allocate(4096);
   pool.free(a);
@@ -104,7 +103,7 @@ TEST_F(CachingPoolErrors, DoubleFreeIsRejectedAndNamed) {
 }
 
 TEST_F(CachingPoolErrors, InteriorPointerIsRejectedAndNamed) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   void* a = pool.allocate(4096);
   try {
     pool.free(static_cast<char*>(a) + 512);
@@ -117,7 +116,7 @@ TEST_F(CachingPoolErrors, InteriorPointerIsRejectedAndNamed) {
 }
 
 TEST_F(CachingPoolErrors, DeallocateWithWrongSizeIsRejected) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   void* a = pool.allocate(1000);
   EXPECT_THROW(pool.deallocate(a, 999), InvalidArgument);
   EXPECT_EQ(pool.allocation_size(a), 1000u);
@@ -138,7 +137,7 @@ TEST_F(CachingPoolErrors, BadOptionsAreRejected) {
 
 TEST_F(CachingPoolErrors, InitialReservationBeyondCapacityFailsConstruction) {
   LimitResource card(upstream_, 8 * MiB);
-  CachingPoolOptions options = large_pool_options();
+  CachingPoolOptions options = CachingPoolOptions{};
   options.initial_reservation = 16 * MiB;
   EXPECT_THROW(CachingPool(card, options), OutOfMemory);
   EXPECT_EQ(card.used(), 0u);

@@ -1,5 +1,5 @@
 // caching_pool_on_host.hpp - what the CachingPool tests share: a pool's upstream on host
-// memory with its figures (StatsResource), options at the 2 MiB granularity, and the units.
+// memory with its figures (StatsResource), the units, and the way to a consolidation.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,26 +15,9 @@ namespace sdalloc::test {
 inline constexpr std::size_t KiB = 1024;
 inline constexpr std::size_t MiB = 1024 * KiB;
 
-// The tests pin down the mechanics at the 2 MiB granularity: their pools of a few MiB would
-// otherwise round to small_granularity (small_pool_limit), which has tests of its own.
-inline CachingPoolOptions large_pool_options() {
-  CachingPoolOptions options;
-  options.small_pool_limit = 0;
-  return options;
-}
-
-// The same, where a test pins down what segments a pool holds while some hold live blocks
-// beside free ends, which growth would otherwise cut off (cut_free_ends: its own tests).
-inline CachingPoolOptions uncut_large_pool_options() {
-  CachingPoolOptions options = large_pool_options();
-  options.cut_free_ends = false;
-  return options;
-}
-
 // The usual way to a consolidation: two segments of `unit` bytes, the first freed and
 // released to grow past the peak for one of 1.5 x `unit` (a churn), then the stream empties,
-// so that its next allocation makes one arena of the peak (2.5 x `unit`, plus what the
-// pool's rules add).
+// so that its next allocation makes one arena of the peak (2.5 x `unit`, plus the headroom).
 inline void churn_to_an_empty_stream(CachingPool& pool, std::size_t unit) {
   void* a = pool.allocate(unit);
   void* b = pool.allocate(unit);

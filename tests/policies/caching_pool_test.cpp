@@ -16,7 +16,6 @@
 #include "policies/caching_pool_on_host.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
-#include "sdalloc/resources/segments_only_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 
 // Counts heap allocations made by this test binary, to prove the cache-hit path makes none.
@@ -75,14 +74,12 @@ namespace sdalloc {
 namespace {
 
 using test::KiB;
-using test::large_pool_options;
 using test::MiB;
-using test::uncut_large_pool_options;
 
 class CachingPoolTest : public test::CachingPoolOnHost {};
 
 TEST_F(CachingPoolTest, FreedBlockIsReusedOnSameStream) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   void* a = pool.allocate(1000);
   pool.deallocate(a, 1000);
   void* b = pool.allocate(1000);
@@ -92,7 +89,7 @@ TEST_F(CachingPoolTest, FreedBlockIsReusedOnSameStream) {
 }
 
 TEST_F(CachingPoolTest, SizesRoundUpTo512Bytes) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   void* a = pool.allocate(1);
   void* b = pool.allocate(1);
   EXPECT_EQ(static_cast<char*>(b) - static_cast<char*>(a), 512);
@@ -103,7 +100,7 @@ TEST_F(CachingPoolTest, SizesRoundUpTo512Bytes) {
 }
 
 TEST_F(CachingPoolTest, SplitsASegmentForSmallRequests) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   std::vector<void*> blocks;
   for (int i = 0; i < 16; ++i) blocks.push_back(pool.allocate(64 * KiB));
   EXPECT_EQ(pool.stats().segments, 1u);  // 16 x 64 KiB fit one 2 MiB segment
@@ -113,7 +110,7 @@ TEST_F(CachingPoolTest, SplitsASegmentForSmallRequests) {
 }
 
 TEST_F(CachingPoolTest, CoalescesWithBothNeighbours) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   void* a = pool.allocate(512 * KiB);
   void* b = pool.allocate(512 * KiB);
   void* c = pool.allocate(512 * KiB);
@@ -128,7 +125,7 @@ TEST_F(CachingPoolTest, CoalescesWithBothNeighbours) {
 }
 
 TEST_F(CachingPoolTest, BestFitTakesTheSmallestBlockThatFits) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   // Carve holes of 3 sizes separated by live blocks: 256 KiB, 64 KiB, 128 KiB.
   void* h1 = pool.allocate(256 * KiB);
   void* s1 = pool.allocate(512);
@@ -146,7 +143,7 @@ TEST_F(CachingPoolTest, BestFitTakesTheSmallestBlockThatFits) {
 }
 
 TEST_F(CachingPoolTest, HugeBlocksAreNotSplitForSmallRequests) {
-  CachingPoolOptions options = large_pool_options();
+  CachingPoolOptions options = CachingPoolOptions{};
   options.huge_threshold = 8 * MiB;
   options.release_cached_before_growth = false;  // keep the free huge segment cached
   CachingPool pool(upstream_, options);
@@ -162,7 +159,7 @@ TEST_F(CachingPoolTest, HugeBlocksAreNotSplitForSmallRequests) {
 }
 
 TEST_F(CachingPoolTest, HugeBlockIsReusedOnlyByCloseSizes) {
-  CachingPoolOptions options = large_pool_options();
+  CachingPoolOptions options = CachingPoolOptions{};
   options.huge_threshold = 8 * MiB;
   options.release_cached_before_growth = false;
   CachingPool pool(upstream_, options);
@@ -178,36 +175,8 @@ TEST_F(CachingPoolTest, HugeBlockIsReusedOnlyByCloseSizes) {
   pool.free(far);
 }
 
-// On host memory (page_size() 4 KiB) a huge request's own segment rounds to 1/16 of it, not
-// to the 2 MiB granularity: a 9 MiB request held 10 MiB before. Where the resource does not
-// say its page size (CUDA's driver rounds to 2 MiB whatever is asked), the granularity stays.
-TEST_F(CachingPoolTest, HugeSegmentOnHostMemoryRoundsToASixteenthOfTheRequest) {
-  CachingPoolOptions options = large_pool_options();
-  options.huge_threshold = 8 * MiB;
-  options.release_cached_before_growth = false;
-  ASSERT_EQ(upstream_.page_size(), 4 * KiB);
-  CachingPool pool(upstream_, options);
-  void* a = pool.allocate(9 * MiB + 1);  // 8 MiB / 16 = 512 KiB steps
-  EXPECT_EQ(pool.stats().reserved_bytes, 9 * MiB + 512 * KiB);
-  void* b = pool.allocate(40 * MiB + 1);  // 32 MiB / 16 = 2 MiB: the granularity again
-  EXPECT_EQ(pool.stats().reserved_bytes, (9 * MiB + 512 * KiB) + 42 * MiB);
-  pool.free(a);
-  void* c = pool.allocate(9 * MiB + 256 * KiB);  // a slightly larger one fits a's segment
-  EXPECT_EQ(c, a);
-  EXPECT_EQ(pool.stats().segments, 2u);
-  pool.free(b);
-  pool.free(c);
-  pool.check_invariants();
-
-  SegmentsOnlyResource unsized(host_);
-  CachingPool device_like(unsized, options);
-  void* d = device_like.allocate(9 * MiB + 1);
-  EXPECT_EQ(device_like.stats().reserved_bytes, 10 * MiB);
-  device_like.free(d);
-}
-
 TEST_F(CachingPoolTest, TrimReturnsWholeFreeSegments) {
-  CachingPool pool(upstream_, uncut_large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   void* a = pool.allocate(3 * MiB);
   void* b = pool.allocate(5 * MiB);
   pool.free(a);
@@ -221,7 +190,7 @@ TEST_F(CachingPoolTest, TrimReturnsWholeFreeSegments) {
 }
 
 TEST_F(CachingPoolTest, InitialReservationIsUsedAndKeptByTrim) {
-  CachingPoolOptions options = large_pool_options();
+  CachingPoolOptions options = CachingPoolOptions{};
   options.initial_reservation = 64 * MiB;
   CachingPool pool(upstream_, options);
   EXPECT_EQ(upstream_.stats().allocations, 1u);
@@ -235,7 +204,7 @@ TEST_F(CachingPoolTest, InitialReservationIsUsedAndKeptByTrim) {
 }
 
 TEST_F(CachingPoolTest, ReleasesCachedSegmentsBeforeRaisingItsPeak) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   void* a = pool.allocate(4 * MiB);
   pool.free(a);
   // The cached 4 MiB segment cannot hold 6 MiB; growing would raise the peak to 10 MiB, so
@@ -247,7 +216,7 @@ TEST_F(CachingPoolTest, ReleasesCachedSegmentsBeforeRaisingItsPeak) {
 }
 
 TEST_F(CachingPoolTest, KeepsCachedSegmentsWhenReleaseBeforeGrowthIsOff) {
-  CachingPoolOptions options = large_pool_options();
+  CachingPoolOptions options = CachingPoolOptions{};
   options.release_cached_before_growth = false;
   CachingPool pool(upstream_, options);
   pool.free(pool.allocate(4 * MiB));
@@ -268,7 +237,7 @@ void churning_iteration(CachingPool& pool) {
 }
 
 TEST_F(CachingPoolTest, ConsolidatesAChurningStreamIntoOneArena) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   churning_iteration(pool);
   // The stream is empty: consolidation is due, and happens at its next allocation.
   EXPECT_EQ(pool.stats().consolidations, 0u);
@@ -287,13 +256,13 @@ TEST_F(CachingPoolTest, ConsolidatesAChurningStreamIntoOneArena) {
   pool.check_invariants();
 }
 
-// Issue 17: the free that empties a churned pool is often its last (the process exits, or
+// The free that empties a churned pool is often its last (the process exits, or
 // the user dropped the pipeline). Consolidating there returned every segment and took a
 // peak-sized one that nobody would use; it waits for the next allocation instead.
 TEST_F(CachingPoolTest, TheLastFreeOfAChurnedPoolTakesNoNewSegment) {
   const std::uint64_t before_allocations = upstream_.stats().allocations;
   {
-    CachingPool pool(upstream_, large_pool_options());
+    CachingPool pool(upstream_, CachingPoolOptions{});
     churning_iteration(pool);
     const std::uint64_t taken = upstream_.stats().allocations;
     const PoolStats s = pool.stats();
@@ -308,7 +277,7 @@ TEST_F(CachingPoolTest, TheLastFreeOfAChurnedPoolTakesNoNewSegment) {
 }
 
 TEST_F(CachingPoolTest, TrimOfAPoolWithConsolidationDueReleasesAndTakesNothing) {
-  CachingPool pool(upstream_, uncut_large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   churning_iteration(pool);
   const std::uint64_t taken = upstream_.stats().allocations;
   EXPECT_EQ(pool.trim(), 8 * MiB);
@@ -323,7 +292,7 @@ TEST_F(CachingPoolTest, TrimOfAPoolWithConsolidationDueReleasesAndTakesNothing) 
 }
 
 TEST_F(CachingPoolTest, DoesNotConsolidateWhenDisabled) {
-  CachingPoolOptions options = large_pool_options();
+  CachingPoolOptions options = CachingPoolOptions{};
   options.consolidate_when_empty = false;
   CachingPool pool(upstream_, options);
   for (int i = 0; i < 3; ++i) churning_iteration(pool);
@@ -332,7 +301,7 @@ TEST_F(CachingPoolTest, DoesNotConsolidateWhenDisabled) {
 }
 
 TEST_F(CachingPoolTest, DoesNotConsolidateAStreamThatNeverReleased) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   void* a = pool.allocate(2 * MiB);
   void* b = pool.allocate(2 * MiB);  // two segments, grown without releasing anything
   pool.free(a);
@@ -342,7 +311,7 @@ TEST_F(CachingPoolTest, DoesNotConsolidateAStreamThatNeverReleased) {
 }
 
 TEST_F(CachingPoolTest, FreeSegmentMovesToAnotherStreamInsteadOfGrowing) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   void* a = pool.allocate(8 * MiB, Stream{1});
   pool.free(a, Stream{1});
   void* b = pool.allocate(8 * MiB, Stream{2});
@@ -379,7 +348,7 @@ class ManualEvents final : public StreamEvents {
 
 TEST_F(CachingPoolTest, CrossStreamFreeIsReusedOnlyAfterItsEvent) {
   ManualEvents events;
-  CachingPoolOptions options = uncut_large_pool_options();
+  CachingPoolOptions options = CachingPoolOptions{};
   options.stream_events = &events;
   CachingPool pool(upstream_, options);
   void* a = pool.allocate(1 * MiB, Stream{1});
@@ -407,7 +376,7 @@ TEST_F(CachingPoolTest, CrossStreamFreeIsReusedOnlyAfterItsEvent) {
 
 TEST_F(CachingPoolTest, RecordStreamMakesTheFreeWaitForThatStream) {
   ManualEvents events;
-  CachingPoolOptions options = large_pool_options();
+  CachingPoolOptions options = CachingPoolOptions{};
   options.stream_events = &events;
   CachingPool pool(upstream_, options);
   void* a = pool.allocate(1 * MiB, Stream{1});
@@ -424,7 +393,7 @@ TEST_F(CachingPoolTest, RecordStreamMakesTheFreeWaitForThatStream) {
 }
 
 TEST_F(CachingPoolTest, CacheHitMakesNoSystemCallAndNoHeapAllocation) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   // Warm up: the sizes of the loop below are cached after this.
   for (int i = 0; i < 4; ++i) {
     void* a = pool.allocate(1 * MiB);
@@ -445,7 +414,7 @@ TEST_F(CachingPoolTest, CacheHitMakesNoSystemCallAndNoHeapAllocation) {
 }
 
 TEST_F(CachingPoolTest, ResetPeakStartsANewHighWaterMark) {
-  CachingPool pool(upstream_, large_pool_options());
+  CachingPool pool(upstream_, CachingPoolOptions{});
   void* a = pool.allocate(6 * MiB);
   pool.free(a);
   EXPECT_EQ(pool.stats().peak_live_bytes, 6 * MiB);
@@ -459,7 +428,7 @@ TEST_F(CachingPoolTest, ResetPeakStartsANewHighWaterMark) {
 
 TEST_F(CachingPoolTest, DestructionReturnsEverySegment) {
   {
-    CachingPool pool(upstream_, large_pool_options());
+    CachingPool pool(upstream_, CachingPoolOptions{});
     (void)pool.allocate(3 * MiB);  // still live at destruction
     pool.free(pool.allocate(100 * MiB));
     void* c = pool.allocate(1 * MiB, Stream{5});

@@ -10,6 +10,7 @@
 #include "conformance/controlled_stream_events.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/core/pool_layout.hpp"
+#include "sdalloc/policies/any_pool.hpp"
 #include "sdalloc/policies/planned_arena.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/limit_resource.hpp"

@@ -1,5 +1,6 @@
 // planned_arena_test.cpp - PlannedArena: recording, serving by position, divergence, replanning.
 #include "sdalloc/policies/planned_arena.hpp"
+#include "sdalloc/policies/any_pool.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

@@ -1,4 +1,5 @@
-// pool_layout_test.cpp - CachingPool::layout() and the C API's layout and event-trace calls:
+// pool_layout_test.cpp - CachingPool::layout(), VirtualMemoryPool::layout() (runs of mapped
+// pages) and the C API's layout and event-trace calls:
 // blocks tile their segments and agree with the stats; the C copy matches the C++ one; a
 // trace written while a pool serves is a valid event trace of exactly what happened after
 // its start; every error path reports and leaves the pool usable.
@@ -11,7 +12,9 @@
 
 #include "sdalloc/core/pool_layout.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/policies/virtual_memory_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
+#include "sdalloc/resources/host_virtual_memory.hpp"
 #include "sdalloc/sdalloc.h"
 #include "sdalloc/trace/event_trace.hpp"
 #include "support/layout_checks.hpp"
@@ -76,10 +79,47 @@ TEST(PoolLayout, InitialReservationIsPinned) {
   EXPECT_EQ(layout.segments[0].size, 4 * kMiB);
 }
 
+// A virtual-memory pool's segments are its runs of mapped pages: one while every page is
+// mapped; the free pages between two live blocks unmapped (trim), two, the free block cut at
+// their ends; the spare chunks in neither.
+TEST(PoolLayout, VirtualMemoryPoolSegmentsAreRunsOfMappedPages) {
+  constexpr std::size_t kPage = 64 * 1024;
+  HostVirtualMemory memory;
+  VirtualMemoryPool pool(memory, {.page_size = kPage});
+  void* a = pool.allocate(1000);
+  void* b = pool.allocate(3 * kMiB);
+  void* c = pool.allocate(200 * 1024);
+  PoolLayout layout = pool.layout();
+  ASSERT_EQ(layout.segments.size(), 1u);
+  EXPECT_EQ(test::expect_layout_matches_stats(pool), 3u);
+  EXPECT_EQ(layout.segments[0].address, reinterpret_cast<std::uintptr_t>(a));
+  pool.free(b);
+  EXPECT_EQ(pool.trim(), 3 * kMiB - kPage) << "b's pages but the one it shares with a";
+  layout = pool.layout();
+  ASSERT_EQ(layout.segments.size(), 2u);
+  EXPECT_EQ(test::expect_layout_matches_stats(pool), 2u);
+  EXPECT_EQ(layout.segments[0].size, kPage);
+  EXPECT_EQ(layout.segments[0].blocks.back().state, BlockState::kFree) << "b's first bytes";
+  EXPECT_EQ(layout.segments[1].blocks.front().state, BlockState::kFree) << "b's last bytes";
+  // A request that moves pages: spare chunks may appear, in no segment.
+  void* d = pool.allocate(kMiB);
+  EXPECT_EQ(test::expect_layout_matches_stats(pool), 3u);
+  pool.free(d);
+  pool.free(c);
+  pool.free(a);
+  EXPECT_EQ(test::expect_layout_matches_stats(pool), 0u);
+}
+
 // ------------------------------------------------------------------ C API
 
 struct CPool {
-  CPool() { EXPECT_EQ(sdalloc_pool_create(nullptr, &pool), SDALLOC_SUCCESS); }
+  // The segment cache, with its segments of whole mmap'd memory.
+  CPool() {
+    sdalloc_pool_config_t config;
+    sdalloc_pool_config_init(&config);
+    config.mode = SDALLOC_MODE_POOL;
+    EXPECT_EQ(sdalloc_pool_create(&config, &pool), SDALLOC_SUCCESS);
+  }
   ~CPool() { sdalloc_pool_destroy(pool); }
   CPool(const CPool&) = delete;
   CPool& operator=(const CPool&) = delete;

@@ -31,7 +31,7 @@ using Failure = FailingVirtualMemory::Failure;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kGiB = std::size_t{1} << 30;
 constexpr std::size_t kPage = 64 * 1024;      // the default page size on the host
-constexpr std::size_t kBlock = 3 * kMiB / 2;  // a large-class block of exactly 24 pages
+constexpr std::size_t kBlock = 3 * kMiB / 2;  // a block of exactly 24 pages
 
 // The process's kernel mappings now: one line of /proc/self/maps each.
 std::size_t kernel_mappings() {
@@ -186,6 +186,36 @@ TEST(VirtualMemoryPoolLimits, F4RefusalCountsMappedAndNeverMappedPages) {
   EXPECT_EQ(pool.vm_stats().creates, 2 * kMiB / kPage) << "no chunk created for the requests";
   EXPECT_NO_THROW(pool.check_invariants());
   pool.free(kept);
+}
+
+// The cap may change while the pool holds memory (PyTorch's memory fraction): lowered
+// below what is held, held pages still serve and no chunk is created; raised, the pool grows.
+TEST(VirtualMemoryPoolLimits, TheCapChangesWhileThePoolHoldsMemory) {
+  HostVirtualMemory memory;
+  VirtualMemoryPool pool(memory, {.max_physical_bytes = 64 * kMiB});
+  void* held = pool.allocate(16 * kMiB);
+  void* freed = pool.allocate(8 * kMiB);
+  pool.free(freed);  // its pages stay mapped: 24 MiB held
+  pool.set_capacity(16 * kMiB);
+  EXPECT_EQ(pool.capacity(), 16 * kMiB);
+  const std::uint64_t creates = pool.vm_stats().creates;
+  void* reused = pool.allocate(8 * kMiB);  // the held pages, no new chunk
+  EXPECT_EQ(pool.vm_stats().creates, creates);
+  pool.free(reused);
+  try {
+    (void)pool.allocate(12 * kMiB);
+    ADD_FAILURE() << "12 MiB more under a cap below what is held";
+  } catch (const OutOfMemory& e) {
+    EXPECT_TRUE(Contains(e.what(), "the physical cap of 16777216 B")) << e.what();
+  }
+  EXPECT_EQ(pool.vm_stats().creates, creates) << "the refusal created nothing";
+  EXPECT_NO_THROW(pool.check_invariants());
+  pool.set_capacity(0);  // no cap of its own
+  void* large = pool.allocate(128 * kMiB);
+  ASSERT_NE(large, nullptr);
+  pool.free(large);
+  pool.free(held);
+  EXPECT_NO_THROW(pool.check_invariants());
 }
 
 TEST(VirtualMemoryPoolLimits, F4HostCeilingIsTheLimitOrTheMachine) {

@@ -23,7 +23,7 @@ using test::ResourceCall;
 
 constexpr std::size_t kKiB = std::size_t{1} << 10;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr std::size_t kBlock = 3 * kMiB / 2;  // a large-class block of exactly 24 pages
+constexpr std::size_t kBlock = 3 * kMiB / 2;  // a block of exactly 24 pages
 
 // Ten blocks, every other one freed: 60 free pages in five gaps of 24, none of them big
 // enough for the 96 pages of a 6 MiB request.
@@ -56,22 +56,26 @@ TEST(VirtualMemoryPoolMoves, WithoutMovesEachPageIsUnmappedAndMapped) {
   free_all(pool, held);
 }
 
-// Small requests (up to 1 MiB) and large ones have separate shards; under a cap that
-// allows no new chunk, a large request takes the small shard's free pages, moved as runs
-// while that shard is locked for the request (its stream is idle).
+// Each stream has its own range; under a cap that allows no new chunk, a request on one
+// stream takes another, idle stream's free pages, moved as runs while that stream's shard is
+// locked for the request.
 TEST(VirtualMemoryPoolMoves, AnotherShardsFreePagesMoveUnderARequest) {
   HostVirtualMemory memory;
   if (!memory.can_move()) GTEST_SKIP() << "this kernel cannot move shared mappings (Linux 5.13)";
   VirtualMemoryPool pool(memory, {.max_physical_bytes = 8 * kMiB});
   Holdings held;
   std::vector<void*> small;
+  constexpr Stream kOther{5};
   for (int i = 0; i < 8; ++i) {
-    small.push_back(pool.allocate(kMiB));
+    small.push_back(pool.allocate(kMiB, 512, kOther));
     held.add(small.back(), kMiB);
   }
   void* kept = small[3];
   for (void* ptr : small) {
-    if (ptr != kept) pool.deallocate(ptr, held.remove(ptr));
+    if (ptr != kept) {
+      held.remove(ptr);
+      pool.free(ptr, kOther);
+    }
   }
   const VirtualMemoryPoolStats before = pool.vm_stats();
   ASSERT_EQ(before.physical_bytes, 8 * kMiB) << "the cap is reached";

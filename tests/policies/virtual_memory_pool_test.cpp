@@ -32,7 +32,7 @@ using Failure = FailingVirtualMemory::Failure;
 constexpr std::size_t kKiB = std::size_t{1} << 10;
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kPage = 64 * kKiB;      // the default page size on the host
-constexpr std::size_t kBlock = 3 * kMiB / 2;  // a large-class block of exactly 24 pages
+constexpr std::size_t kBlock = 3 * kMiB / 2;  // a block of exactly 24 pages
 
 // Ten kBlock blocks, every other one freed again: 60 free pages in five gaps of 24, none big
 // enough for a 6 MiB request (96 pages). Answers the ten pointers (the even ones freed).
@@ -82,7 +82,9 @@ TEST(VirtualMemoryPool, MapsPagesOnlyWhereAllocationsLie) {
   EXPECT_NO_THROW(pool.check_invariants());
 }
 
-TEST(VirtualMemoryPool, SmallAndLargeRequestsUseSeparateRanges) {
+// One range per stream, whatever the size: a small block and a large one share it, and
+// each other's pages.
+TEST(VirtualMemoryPool, RequestsOfEverySizeShareTheStreamsRange) {
   HostVirtualMemory memory;
   VirtualMemoryPool pool(memory);
   void* small = pool.allocate(4 * kKiB);
@@ -91,8 +93,11 @@ TEST(VirtualMemoryPool, SmallAndLargeRequestsUseSeparateRanges) {
       reinterpret_cast<std::uintptr_t>(large) > reinterpret_cast<std::uintptr_t>(small)
           ? reinterpret_cast<std::uintptr_t>(large) - reinterpret_cast<std::uintptr_t>(small)
           : reinterpret_cast<std::uintptr_t>(small) - reinterpret_cast<std::uintptr_t>(large);
-  EXPECT_GE(distance, pool.options().range_size) << "two ranges, far apart";
-  EXPECT_EQ(pool.vm_stats().ranges, 2u);
+  EXPECT_LT(distance, 8 * kMiB) << "neighbours in one range";
+  EXPECT_EQ(pool.vm_stats().ranges, 1u);
+  void* other = pool.allocate(4 * kKiB, 512, Stream{7});
+  EXPECT_EQ(pool.vm_stats().ranges, 2u) << "another stream, another range";
+  pool.free(other, Stream{7});
   pool.free(small);
   pool.free(large);
 }
@@ -142,7 +147,7 @@ TEST(VirtualMemoryPool, FragmentedFreePagesAreStitchedUnderANewRequest) {
 TEST(VirtualMemoryPool, RemappedPagesNeverAliasLiveAllocations) {
   HostVirtualMemory memory;
   constexpr std::size_t kCap = 24 * kMiB;
-  VirtualMemoryPool pool(memory, {.max_physical_bytes = kCap, .small_page_size = 16 * kKiB});
+  VirtualMemoryPool pool(memory, {.max_physical_bytes = kCap, .page_size = 16 * kKiB});
   Holdings held;
   std::mt19937_64 rng(7);
   std::uniform_int_distribution<std::size_t> small(1, 256 * kKiB);
@@ -253,8 +258,8 @@ TEST(VirtualMemoryPool, CapNeedNotBeAMultipleOfThePageSize) {
 
 TEST(VirtualMemoryPool, BadOptionsAreRejected) {
   HostVirtualMemory memory;
-  EXPECT_THROW(VirtualMemoryPool(memory, {.large_page_size = 3 * kPage}), InvalidArgument);
-  EXPECT_THROW(VirtualMemoryPool(memory, {.small_page_size = 1000}), InvalidArgument);
+  EXPECT_THROW(VirtualMemoryPool(memory, {.page_size = 3 * kPage}), InvalidArgument);
+  EXPECT_THROW(VirtualMemoryPool(memory, {.page_size = 1000}), InvalidArgument);
   EXPECT_THROW(VirtualMemoryPool(memory, {.range_size = 0}), InvalidArgument);
   EXPECT_THROW(VirtualMemoryPool(memory, {.growth_slack = -0.5}), InvalidArgument);
 }

@@ -22,9 +22,11 @@ std::string parse_error(std::string_view text) {
   return "(accepted)";
 }
 
-TEST(PreloadConfig, DefaultsAreTheMeasuredThresholdAndPoolMode) {
+// mode:auto: the reserved range's pages can be mapped one by one, so the drop-in's pool is a
+// VirtualMemoryPool (make_pool resolves it).
+TEST(PreloadConfig, DefaultsAreTheMeasuredThresholdAndTheAutomaticMode) {
   const PreloadConfig c = parse_preload_config("");
-  EXPECT_EQ(c.mode, Mode::kPool);
+  EXPECT_EQ(c.mode, Mode::kAuto);
   EXPECT_EQ(c.threshold, kDefaultThreshold);
   EXPECT_EQ(c.address_space, kDefaultAddressSpace);
   EXPECT_TRUE(c.report.empty());
@@ -52,15 +54,12 @@ TEST(PreloadConfig, ParsesItsOwnKeys) {
 
 TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
   EXPECT_EQ(parse_error("mode:async"),
-            "SDALLOC_CONF: mode must be pool, vmm or planned, in 'mode:async'");
+            "SDALLOC_CONF: mode must be auto, pool, vmm or planned, in 'mode:async'");
   EXPECT_EQ(parse_error("backend:host"),
             "SDALLOC_CONF: unknown key 'backend' (known: mode, threshold, address_space, report, "
             "record, huge_pages, keep_system_heap, vmm_moves, capacity, replan_after, max_plans, "
-            "plan_nodes, "
-            "granularity, min_segment, huge_threshold, small_pool, small_granularity, "
-            "initial_reservation, "
-            "release_before_growth, "
-            "consolidate, spare_pages, grow_arena, cut_free_ends), in 'backend:host'");
+            "plan_nodes, granularity, min_segment, huge_threshold, initial_reservation, "
+            "release_before_growth, consolidate), in 'backend:host'");
   EXPECT_EQ(parse_error("threshold:1KiB"),
             "SDALLOC_CONF: threshold must be at least 4KiB (the pool is not a small-object "
             "allocator), not 1KiB");

@@ -60,7 +60,7 @@ def test_ctypes_structs_match_the_c_header(libraries, tmp_path):  # pylint: disa
     checks = [("sdalloc_pool_config_t", _native.PoolConfig,
                ("replan_after_divergent_steps", "planned", "max_plans",
                 "planner_max_search_nodes", "small_pool_limit", "small_granularity",
-                "keep_spare_pages", "grow_arena", "cut_free_ends")),
+                "keep_spare_pages", "grow_arena", "cut_free_ends", "mode")),
               ("sdalloc_step_stats_t", _native.StepStats,
                ("struct_size",) + STEP_FIELDS)]
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "sdalloc/sdalloc.h"',
@@ -81,10 +81,10 @@ def test_ctypes_structs_match_the_c_header(libraries, tmp_path):  # pylint: disa
     printed = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
     assert [int(v) for v in printed.split()] == expected
     assert [name for name, _ in _native.StepStats._fields_] == ["struct_size", *STEP_FIELDS]
-    assert [name for name, _ in _native.PoolConfig._fields_][-9:] == [
+    assert [name for name, _ in _native.PoolConfig._fields_][-10:] == [
         "replan_after_divergent_steps", "planned", "max_plans", "planner_max_search_nodes",
         "small_pool_limit", "small_granularity", "keep_spare_pages", "grow_arena",
-        "cut_free_ends"]
+        "cut_free_ends", "mode"]
 
 
 # --------------------------------------------------------------------------- host pools
@@ -432,9 +432,9 @@ def test_shim_step_needs_mode_planned(libraries):
         except sdalloc.SdallocError as e:
             assert e.status == "INVALID_ARGUMENT", e
             assert "steps need the shim's mode planned" in str(e), e
-            assert "mode:pool" in str(e), e
+            assert "mode:auto" in str(e), e
         else:
-            raise AssertionError("a step on mode:pool was accepted")
+            raise AssertionError("a step on mode:auto was accepted")
     assert not any(k.startswith("step_") for k in sdalloc.stats(device=0))
     print("ok")
     """))

@@ -128,7 +128,7 @@ def test_memory_fraction_on_host_needs_capacity(libraries):
 
 
 @pytest.mark.parametrize("conf, message", [
-    ("mode:bogus", "mode must be pool, async, vmm or planned, in 'mode:bogus'"),
+    ("mode:bogus", "mode must be auto, pool, async, vmm or planned, in 'mode:bogus'"),
     ("backend:host,capacity:12XB", "unknown size unit 'XB'"),
     ("backend:host,capcity:1", "unknown key 'capcity'"),
     ("backend:host,backend:cuda", "the key 'backend' is repeated"),
@@ -193,7 +193,7 @@ def test_environment_configuration_is_read_on_first_use(libraries):
     check(run_python(PRELUDE + """
     assert c.sdalloc_torch_malloc(100, 0, None)
     text = c.sdalloc_torch_config().decode()
-    assert text.startswith("backend:host,segments:whole,mode:pool,capacity:32MiB"), text
+    assert text.startswith("backend:host,mode:auto,capacity:32MiB"), text
     assert "min_segment:4MiB" in text and "release_before_growth:false" in text
     print("ok")
     """, env={"SDALLOC_CONF": "backend:host, capacity:32MiB ,min_segment:4MiB,"
@@ -284,18 +284,14 @@ def test_vmm_mode_serves_from_virtual_memory_and_says_what_it_lacks(libraries):
     assert b"not a live allocation" in foreign, foreign
     c.sdalloc_torch_record_stream(a, c_void_p(0x99))   # honoured (its free waits for 0x99 too)
     assert c.sdalloc_torch_last_error() == foreign     # no new failure
-    try:
-        sdalloc.snapshot()
-    except sdalloc.SdallocError as e:
-        assert "has no segment layout" in str(e), e
-    else:
-        raise AssertionError("snapshot of a vmm pool")
-    try:
-        st.set_memory_fraction(0.5, 0)
-    except sdalloc.SdallocError as e:
-        assert "fixed when the pool is created" in str(e), e
-    else:
-        raise AssertionError("fraction accepted")
+    # Its segments are runs of mapped pages; the live blocks are the allocations.
+    mine = [seg for seg in sdalloc.snapshot()["segments"] if seg["device"] == 0]
+    assert sum(seg["total_size"] for seg in mine) <= s["reserved_bytes.all.current"]
+    assert sum(seg["requested_size"] for seg in mine) == 5 * MiB + 1000
+    st.set_memory_fraction(0.25, 0)   # 16 MiB: what is held stays, more is refused
+    assert c.sdalloc_torch_malloc(12 * MiB, 0, None) is None
+    assert b"physical cap of 16777216 B" in c.sdalloc_torch_last_error(), c.sdalloc_torch_last_error()
+    st.set_memory_fraction(1.0, 0)
     c.sdalloc_torch_free(a, 5 * MiB, 0, None)
     c.sdalloc_torch_free(b, 1000, 0, c_void_p(0x77))
     assert sdalloc.stats(device=0)["allocation.all.current"] == 0
@@ -313,43 +309,20 @@ def test_vmm_mode_serves_from_virtual_memory_and_says_what_it_lacks(libraries):
     """))
 
 
-def test_chunked_segments_grow_the_arena_in_place(libraries):
-    # segments:chunked builds the stack a CUDA pool gets over cuMemCreate/cuMemMap, over
-    # the host's memfd here: two segments freed, a larger request releases them, all freed;
-    # the next allocation consolidates, and 20 MiB then grow the arena instead of taking a
-    # segment beside it.
-    check(run_python(PRELUDE + """
-    st.configure(backend="host", segments="chunked", capacity="64MiB")
-    assert "segments:chunked" in st.config_text()
-    take = lambda mib: c.sdalloc_torch_malloc(mib * MiB, 0, None)
-    give = lambda p, mib: c.sdalloc_torch_free(p, mib * MiB, 0, None)
-    a, b = take(4), take(4)
-    give(a, 4); give(b, 4)
-    d, e = take(12), take(2)
-    give(d, 12); give(e, 2)
-    small = take(1)
-    s = sdalloc.stats(device=0)
-    assert s["consolidations"] == 1 and s["segments"] == 1, s
-    large = take(20)
-    assert large
-    ctypes.memset(large, 0x5a, 20 * MiB)
-    s = sdalloc.stats(device=0)
-    assert s["segments"] == 1, s                       # grown, no segment beside it
-    assert s["reserved_bytes"] <= 22 * MiB, s["reserved_bytes"]
-    with open("/proc/self/maps") as maps:                # the memory is the memfd's chunks
+def test_retired_keys_are_accepted_and_ignored_with_one_warning(libraries):
+    result = check(run_python(PRELUDE + """
+    st.configure(backend="host", segments="chunked", spare_pages=False, capacity="64MiB")
+    assert "segments" not in st.config_text() and "spare_pages" not in st.config_text()
+    p = c.sdalloc_torch_malloc(4 * MiB, 0, None)
+    assert p
+    ctypes.memset(p, 0x5a, 4 * MiB)
+    with open("/proc/self/maps") as maps:                # the default pool maps memfd pages
         assert "memfd:sdalloc-vm" in maps.read()
-    st.set_memory_fraction(0.5, 0)                     # the cap sits over the chunks too
-    assert c.sdalloc_torch_malloc(16 * MiB, 0, None) is None
-    give(large, 20); give(small, 1)
-    st.empty_cache()
-    assert sdalloc.stats(device=0)["reserved_bytes"] == 0
+    c.sdalloc_torch_free(p, 4 * MiB, 0, None)
     print("ok")
     """))
-    result = run_python(PRELUDE + """
-    st.configure(backend="host", segments="chunked", mode="vmm")
-    """)
-    assert result.returncode != 0 and "segments:chunked is for mode:pool and planned" in (
-        result.stderr), result.stderr
+    assert result.stderr.count("'segments' no longer has any effect") == 1, result.stderr
+    assert result.stderr.count("'spare_pages' no longer has any effect") == 1, result.stderr
 
 
 def test_install_hands_pytorch_the_shim_and_its_two_functions(torch):  # pylint: disable=unused-argument
@@ -390,7 +363,7 @@ def test_install_hands_pytorch_the_shim_and_its_two_functions(torch):  # pylint:
     assert calls[-1] == ("swap", "FakePluggable")
     assert calls[1][1] == _native.shim().path
     assert calls[1][2:] == ("sdalloc_torch_malloc_raising", "sdalloc_torch_free")
-    assert st.config_text().startswith("backend:host,segments:whole,mode:pool")
+    assert st.config_text().startswith("backend:host,mode:auto")
     """))
     assert "refused -> sdalloc.torch.install() was called too late: PyTorch refused" in \
         result.stdout

@@ -143,21 +143,6 @@ TEST(HostResourceTest, ImpossibleRequestThrowsOutOfMemoryWithErrnoText) {
   EXPECT_THROW(host.allocate(std::numeric_limits<std::size_t>::max()), OutOfMemory);
 }
 
-TEST(HostResourceTest, PageSizeIsTheUnitItMapsAndAdaptorsForwardIt) {
-  HostResource host;
-  EXPECT_EQ(host.page_size(), 4 * kKiB);
-  EXPECT_EQ(HostResource(HostResourceOptions{.transparent_huge_pages = true}).page_size(),
-            2 * kMiB);
-  LimitResource limit(host, kGiB);
-  StatsResource stats(limit);
-  std::ostringstream out;
-  TraceResource trace(stats, out);
-  EXPECT_EQ(limit.page_size(), 4 * kKiB);
-  EXPECT_EQ(stats.page_size(), 4 * kKiB);
-  EXPECT_EQ(trace.page_size(), 4 * kKiB);
-  EXPECT_EQ(RefusingResource().page_size(), 0u) << "unknown unless a resource says";
-}
-
 TEST(HostResourceTest, NameSaysWhetherHugePagesAreUsed) {
   EXPECT_EQ(HostResource().name(), "host");
   EXPECT_EQ(HostResource(HostResourceOptions{.transparent_huge_pages = true}).name(), "host(thp)");
@@ -311,12 +296,9 @@ TEST(LimitResourceTest, WithoutACapItCountsAndReportsTheUpstreamsNameAndCapacity
   EXPECT_EQ(card.used(), 0u);
 }
 
-TEST(LimitResourceTest, ForwardsWhetherTheUpstreamCanGrowAndCoalesce) {
+TEST(LimitResourceTest, WithoutACapAboveOrBelowEverythingIsAvailable) {
   HostResource host;
   LimitResource limit(host, LimitResource::kNoLimit);
-  EXPECT_EQ(limit.can_grow(), host.can_grow());
-  EXPECT_EQ(limit.can_coalesce(), host.can_coalesce());
-  EXPECT_TRUE(limit.can_grow()) << "a pool over the host's cap must be able to grow its arena";
   EXPECT_EQ(limit.available(), LimitResource::kNoLimit) << "no cap above or below";
 }
 

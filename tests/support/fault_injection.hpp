@@ -26,7 +26,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <span>
 #include <string>
 
 #include "sdalloc/core/errors.hpp"
@@ -39,8 +38,6 @@ namespace sdalloc::test {
 enum class ResourceCall : std::uint8_t {
   kAllocate,
   kDeallocate,
-  kCoalesce,
-  kGrow,
   kReserve,
   kCreate,
   kMap,
@@ -54,10 +51,6 @@ inline const char* resource_call_name(ResourceCall call) {
       return "allocate";
     case ResourceCall::kDeallocate:
       return "deallocate";
-    case ResourceCall::kCoalesce:
-      return "coalesce";
-    case ResourceCall::kGrow:
-      return "grow";
     case ResourceCall::kReserve:
       return "reserve";
     case ResourceCall::kCreate:
@@ -74,8 +67,7 @@ inline const char* resource_call_name(ResourceCall call) {
 
 // Whether a real failure of `call` is a lack of memory (OutOfMemory) or another Error.
 inline bool fails_as_out_of_memory(ResourceCall call) {
-  return call == ResourceCall::kAllocate || call == ResourceCall::kCoalesce ||
-         call == ResourceCall::kGrow || call == ResourceCall::kReserve ||
+  return call == ResourceCall::kAllocate || call == ResourceCall::kReserve ||
          call == ResourceCall::kCreate;
 }
 
@@ -162,7 +154,6 @@ class FaultInjectingResource final : public MemoryResource {
       : upstream_(upstream), plan_(plan) {}
 
   std::size_t capacity() const override { return upstream_.capacity(); }
-  std::size_t page_size() const override { return upstream_.page_size(); }
   std::string name() const override { return "faulty(" + upstream_.name() + ")"; }
 
  private:
@@ -173,34 +164,6 @@ class FaultInjectingResource final : public MemoryResource {
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override {
     plan_.count(ResourceCall::kDeallocate, name());
     upstream_.deallocate(ptr, bytes, stream);
-  }
-  bool can_coalesce() const override { return upstream_.can_coalesce(); }
-  void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
-                    Stream stream) override {
-    try {
-      plan_.count(ResourceCall::kCoalesce, name());
-    } catch (...) {
-      upstream_.coalesce(ranges, 0, stream);  // refused: the ranges go back all the same
-      throw;
-    }
-    return upstream_.coalesce(ranges, bytes, stream);
-  }
-  // Uncounted: a split is the upstream's bookkeeping, no call that can fail for lack of
-  // memory (a refusal is an answer, false, which the pool handles like any other).
-  bool do_split(void* ptr, std::size_t bytes, std::size_t first) override {
-    return upstream_.split(ptr, bytes, first);
-  }
-  // A refusal throws and the donors go back, as grow promises.
-  bool can_grow() const override { return upstream_.can_grow(); }
-  bool do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
-               std::span<const ResourceRange> donors, Stream stream) override {
-    try {
-      plan_.count(ResourceCall::kGrow, name());
-    } catch (...) {
-      upstream_.coalesce(donors, 0, stream);
-      throw;
-    }
-    return upstream_.grow(ptr, bytes, new_bytes, donors, stream);
   }
 
   MemoryResource& upstream_;
@@ -238,6 +201,7 @@ class FaultInjectingVirtualMemory final : public VirtualMemory {
     real_.move(from, to, chunks, count, last_use);
   }
   std::size_t physical_capacity() const override { return real_.physical_capacity(); }
+  std::size_t physical_ceiling() const override { return real_.physical_ceiling(); }
   std::string name() const override { return "faulty(" + real_.name() + ")"; }
 
  private:

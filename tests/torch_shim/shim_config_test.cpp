@@ -26,10 +26,9 @@ std::string parse_error(std::string_view text) {
 }
 
 constexpr const char* kDefaults =
-    "backend:cuda,segments:whole,mode:pool,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,"
-    "min_segment:2MiB,huge_threshold:8MiB,small_pool:64MiB,small_granularity:128KiB,"
-    "initial_reservation:0B,release_before_growth:true,consolidate:true,spare_pages:true,"
-    "grow_arena:true,cut_free_ends:true";
+    "backend:cuda,mode:auto,capacity:0B,replan_after:3,max_plans:4,granularity:2MiB,"
+    "min_segment:2MiB,huge_threshold:8MiB,initial_reservation:0B,release_before_growth:true,"
+    "consolidate:true";
 
 TEST(ShimConfig, EveryRowsDefaultTextParsesBackToTheDefault) {
   test::expect_defaults_parse_back(shim_options());
@@ -52,11 +51,9 @@ TEST(ShimConfig, EverySettingSurvivesFormatThenParse) {
       "consolidate:false");
   const std::string text = format_shim_config(c);
   EXPECT_EQ(text,
-            "backend:host,segments:whole,mode:planned,capacity:1GiB,memory_fraction:0.25,"
-            "replan_after:5,max_plans:2,granularity:4MiB,min_segment:4MiB,huge_threshold:8MiB,"
-            "small_pool:64MiB,small_granularity:128KiB,initial_reservation:8MiB,"
-            "release_before_growth:false,consolidate:false,spare_pages:true,grow_arena:true,"
-            "cut_free_ends:true");
+            "backend:host,mode:planned,capacity:1GiB,memory_fraction:0.25,replan_after:5,"
+            "max_plans:2,granularity:4MiB,min_segment:4MiB,huge_threshold:8MiB,"
+            "initial_reservation:8MiB,release_before_growth:false,consolidate:false");
   const ShimConfig back = parse_shim_config(text);
   EXPECT_EQ(back.backend, Backend::kHost);
   EXPECT_EQ(back.mode, Mode::kPlanned);
@@ -71,7 +68,7 @@ TEST(ShimConfig, EverySettingSurvivesFormatThenParse) {
 
 TEST(ShimConfig, KeepsItsMessages) {
   EXPECT_EQ(parse_error("mode:bogus"),
-            "SDALLOC_CONF: mode must be pool, async, vmm or planned, in 'mode:bogus'");
+            "SDALLOC_CONF: mode must be auto, pool, async, vmm or planned, in 'mode:bogus'");
   EXPECT_EQ(parse_error("backend:tpu"),
             "SDALLOC_CONF: backend must be cuda or host, in 'backend:tpu'");
   EXPECT_EQ(parse_error("backend:host,backend:cuda"),
@@ -84,14 +81,10 @@ TEST(ShimConfig, KeepsItsMessages) {
             "SDALLOC_CONF: expected a whole number >= 1, got '0', in 'replan_after:0'");
   EXPECT_EQ(parse_error("consolidate:maybe"),
             "SDALLOC_CONF: expected true or false, got 'maybe', in 'consolidate:maybe'");
-  EXPECT_EQ(
-      parse_error("capcity:1"),
-      "SDALLOC_CONF: unknown key 'capcity' (known: backend, segments, mode, capacity, "
-      "memory_fraction, "
-      "replan_after, max_plans, plan_nodes, granularity, min_segment, huge_threshold, "
-      "small_pool, small_granularity, initial_reservation, release_before_growth, consolidate, "
-      "spare_pages, grow_arena, cut_free_ends), in "
-      "'capcity:1'");
+  EXPECT_EQ(parse_error("capcity:1"),
+            "SDALLOC_CONF: unknown key 'capcity' (known: backend, mode, capacity, memory_fraction, "
+            "replan_after, max_plans, plan_nodes, granularity, min_segment, huge_threshold, "
+            "initial_reservation, release_before_growth, consolidate), in 'capcity:1'");
   EXPECT_TRUE(Contains(parse_error("capacity:12XB"), "unknown size unit 'XB'"));
   EXPECT_TRUE(
       Contains(parse_error("granularity:1000"),
@@ -105,13 +98,14 @@ TEST(ShimConfig, ChecksWhatSpansKeys) {
                        "memory_fraction with backend:host needs capacity"));
   EXPECT_EQ(parse_shim_config("backend:host,memory_fraction:0.5,capacity:1GiB").memory_fraction,
             0.5);
-  for (const char* mode : {"async", "vmm"}) {
-    EXPECT_TRUE(Contains(parse_error(std::string("segments:chunked,mode:") + mode),
-                         "segments:chunked is for mode:pool and planned"))
-        << mode;
-  }
-  EXPECT_EQ(parse_shim_config("backend:host,segments:chunked,mode:planned").segments,
-            Segments::kChunked);
+  // segments is retired: accepted with any value, changing nothing.
+  std::vector<std::string> warnings;
+  const ShimConfig retired =
+      shim_options().parse("backend:host,segments:chunked,mode:planned", &warnings);
+  EXPECT_EQ(format_shim_config(retired),
+            format_shim_config(parse_shim_config("backend:host,mode:planned")));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(Contains(warnings[0], "'segments' no longer has any effect and is ignored"));
   // The cross-key checks come before the pool's own, as they always have.
   EXPECT_TRUE(Contains(parse_error("backend:host,mode:async,granularity:1000"),
                        "mode:async needs backend:cuda"));

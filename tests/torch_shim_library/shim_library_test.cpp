@@ -2,8 +2,7 @@
 // function (through a std::function over the pointer, as CUDAPluggableAllocator stores it)
 // and the refusal of a stream that is capturing a CUDA graph (a fake capture query stands
 // in for cudaStreamIsCapturing); the CUDA offload entry points' argument errors and their
-// refusal where no CUDA device is usable; a host pool under the shim's cap grows its arena in
-// place, as the replays measure it.
+// refusal where no CUDA device is usable; the shim's cap, changed after its pool exists.
 //
 // The shim's configuration is per process and fixed by the first allocation: the bad
 // configuration's test runs in a process of its own (a death test in the "threadsafe"
@@ -88,55 +87,42 @@ TEST(TorchShimMallocRaising, OutOfMemoryThrowsABadAllocWithSdallocsFigures) {
   EXPECT_EQ(kAllocFn(0, 0, nullptr), nullptr);  // zero bytes: nullptr, no exception
 }
 
-// The shim's cap (capacity, memory_fraction) sits between the pool and host memory. It
-// passes the pool's grow and coalesce through, so a consolidated arena grows in place for a
-// larger request instead of taking a segment beside it; and the cap, lowered after the
-// pool exists, still refuses what would pass it.
-TEST(TorchShimHostPool, TheArenaGrowsInPlaceUnderTheCap) {
+// The shim's cap (capacity, memory_fraction) bounds the default pool, which maps pages on
+// host memory; lowered after the pool exists, it still refuses what would pass it, keeps what
+// is held, and raised again serves as before.
+TEST(TorchShimHostPool, AFractionSetAfterThePoolExistsCapsIt) {
   ASSERT_TRUE(configured()) << sdalloc_torch_last_error();
   constexpr int kDevice = 1;  // a pool of its own, whatever the other tests did to device 0's
-  const auto reserved = [=] {
-    sdalloc_stats_t stats{};
-    stats.struct_size = sizeof(stats);
-    EXPECT_EQ(sdalloc_pool_stats(sdalloc_torch_pool(kDevice), &stats), SDALLOC_SUCCESS);
-    return stats;
+  const auto stats = [=] {
+    sdalloc_stats_t out{};
+    out.struct_size = sizeof(out);
+    EXPECT_EQ(sdalloc_pool_stats(sdalloc_torch_pool(kDevice), &out), SDALLOC_SUCCESS);
+    return out;
   };
   const auto take = [=](std::size_t mib) { return kAllocFn(mib * kMiB, kDevice, nullptr); };
   const auto give = [=](void* ptr, std::size_t mib) {
     sdalloc_torch_free(ptr, mib * kMiB, kDevice, nullptr);
   };
-  // Two segments, freed; a larger request releases them to grow (a churn), a small one
-  // takes a third; all freed: the stream is empty with segments to consolidate.
-  void* a = take(4);
-  void* b = take(4);
-  give(a, 4);
-  give(b, 4);
-  void* c = take(12);
-  void* d = take(2);
-  give(c, 12);
-  give(d, 2);
-  const std::uint64_t consolidations_before = reserved().consolidations;
-  void* small = take(1);  // consolidates: one arena of the peak, the small block in it
-  EXPECT_EQ(reserved().consolidations, consolidations_before + 1);
-  const std::size_t arena = reserved().reserved_bytes;
-  EXPECT_LE(arena, 16 * kMiB);
-  // 20 MiB do not fit the arena: it grows by what its free tail lacks.
-  void* large = take(20);
-  ASSERT_NE(large, nullptr);
-  EXPECT_EQ(reserved().segments, 1U) << "grown in place, no segment beside the arena";
-  EXPECT_EQ(reserved().arena_growths, 1U);
-  EXPECT_EQ(reserved().stitches, 0U) << "a small pool's arena grows";
-  EXPECT_LE(reserved().reserved_bytes, 22 * kMiB);
-  std::fill_n(static_cast<char*>(large), 20 * kMiB, '\x5a');  // the grown part is memory
-  // A lower cap, set while the pool holds memory, refuses what would pass it.
+  void* held = take(20);
+  ASSERT_NE(held, nullptr);
+  std::fill_n(static_cast<char*>(held), 20 * kMiB, '\x5a');
   ASSERT_EQ(sdalloc_torch_set_memory_fraction(0.5, kDevice), SDALLOC_SUCCESS);  // 32 MiB
   EXPECT_THROW(take(16), std::bad_alloc);
-  void* fits = take(4);
+  EXPECT_EQ(stats().live_bytes, 20 * kMiB) << "the refusal changed nothing";
+  void* fits = take(8);
   EXPECT_NE(fits, nullptr);
-  give(fits, 4);
-  give(large, 20);
-  give(small, 1);
+  give(fits, 8);
+  // Below what is held (28 MiB: the 8 MiB stay mapped): held pages serve, no new ones come.
+  ASSERT_EQ(sdalloc_torch_set_memory_fraction(0.25, kDevice), SDALLOC_SUCCESS);  // 16 MiB
+  void* from_held = take(4);
+  EXPECT_NE(from_held, nullptr);
+  give(from_held, 4);
+  EXPECT_THROW(take(12), std::bad_alloc) << "12 MiB need pages beyond the cap";
   ASSERT_EQ(sdalloc_torch_set_memory_fraction(1.0, kDevice), SDALLOC_SUCCESS);
+  void* large = take(40);
+  EXPECT_NE(large, nullptr);
+  give(large, 40);
+  give(held, 20);
 }
 
 // A stream the fake capture query says is capturing.

@@ -42,6 +42,7 @@ const config::OptionTable<config::PoolConf>& pool_conf_table() {
 std::string pool_conf_keys() {
   std::string keys;
   for (const auto& row : pool_conf_table().rows()) {
+    if (row.spec.type == config::OptionType::kRetired) continue;
     keys += (keys.empty() ? "" : ", ") + std::string(row.spec.key);
   }
   return keys;
@@ -101,21 +102,16 @@ void ReplayCommand::add_to(CLI::App& app) {
   replay->add_flag("--pool-no-consolidation", options.replay.target.pool_no_consolidation,
                    "pool: keep a churning stream's segments instead of one arena");
   replay->add_flag("--device-like", options.replay.target.device_like,
-                   "pool, planned: their memory can be neither coalesced nor grown in place, "
-                   "as cudaMalloc's cannot (the pool as it runs on a GPU)");
-  replay
-      ->add_flag("--device-vm", options.replay.target.device_vm,
-                 "pool, planned: their memory is ranges of chunks mapped into reserved "
-                 "address space (VirtualMemoryResource over the memfd), as a pool over "
-                 "CUDA's virtual memory API has it: they grow and coalesce in 2 MiB chunks")
-      ->excludes("--device-like");
+                   "vmm: 2 MiB pages that cannot move (they are unmapped and mapped), as on "
+                   "CUDA's virtual memory (pool and planned take whole segments either way)");
   replay->add_flag("--vmm-no-moves", options.replay.target.vmm_no_moves,
                    "vmm: unmap and map each page it moves instead of moving runs of them "
-                   "(mremap), as before 2026-12-03");
+                   "(mremap)");
   replay
       ->add_option("--pool-conf", options.pool_conf,
-                   "pool (and planned's fallback): CachingPool options in SDALLOC_CONF's "
-                   "spelling, e.g. huge_threshold:128MiB,consolidate:false (keys: " +
+                   "pool (and planned's fallback): the segment cache's options in "
+                   "SDALLOC_CONF's spelling, e.g. huge_threshold:128MiB,consolidate:false "
+                   "(keys: " +
                        pool_conf_keys() + ")")
       ->check(
           [](const std::string& text) -> std::string {

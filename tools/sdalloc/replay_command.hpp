@@ -4,7 +4,7 @@
 //     sdalloc replay [TRACE...] [--allocator LIST] [--passes N] [--capacity BYTES]
 //                    [--min-capacity] [--touch] [--json FILE] [--report FILE.html]
 //                    [--huge-pages] [--pool-keep-cache] [--pool-no-consolidation]
-//                    [--vmm-no-moves] [--device-like | --device-vm]
+//                    [--vmm-no-moves] [--device-like]
 //                    [--pool-conf KEY:VALUE,...] [--quiet]
 //
 // TRACE: an event trace or an RMM log, plain or gzip, "-" for standard input (PyTorch

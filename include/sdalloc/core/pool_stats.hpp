@@ -3,7 +3,8 @@
 // "Live" bytes are what callers asked for; "allocated" bytes are the blocks that hold them
 // after rounding; "reserved" bytes are what the pool holds from its resource. The gaps
 // between them are the pool's overheads: reserved - allocated is cached free memory, and
-// allocated - live is rounding (a CachingPool's spare pages are in reserved, not in free). Peaks
+// allocated - live is rounding (a VirtualMemoryPool's spare chunks are in reserved, not in
+// free). Peaks
 // are high-water marks since construction or the last reset_peak().
 //
 // Exactness: reserved figures and every current figure are exact (at a quiescent moment).
@@ -28,7 +29,7 @@ struct PoolStats {
   std::size_t peak_live_bytes = 0;
   std::size_t allocated_bytes = 0;  // sum of block sizes of live allocations
   std::size_t peak_allocated_bytes = 0;
-  std::size_t reserved_bytes = 0;  // bytes held from the resource: segments, spare pages
+  std::size_t reserved_bytes = 0;  // bytes held from below: segments, or physical pages
   std::size_t peak_reserved_bytes = 0;
 
   std::size_t live_allocations = 0;
@@ -36,23 +37,20 @@ struct PoolStats {
   std::uint64_t allocations = 0;  // successful allocate calls (zero-size ones not counted)
   std::uint64_t frees = 0;
 
-  std::size_t segments = 0;  // segments held now (CachingPool: spare ones too)
+  std::size_t segments = 0;  // segments (VirtualMemoryPool: physical chunks) held now
   std::size_t peak_segments = 0;
   std::uint64_t segment_allocations = 0;  // calls to the resource's allocate
   std::uint64_t segment_releases = 0;     // calls to the resource's deallocate
   std::uint64_t failed_releases = 0;      // deallocate calls that failed: left to the resource
-  std::uint64_t segment_splits = 0;       // CachingPool: ranges cut in two (spare pages, free ends)
-  std::uint64_t arena_growths = 0;        // CachingPool: times an arena grew in place
-  std::uint64_t stitches = 0;  // CachingPool: requests an arena's free pages were cut for
 
   std::size_t free_bytes = 0;          // reserved - allocated - spare: cached, reusable
   std::size_t largest_free_block = 0;  // the biggest single request servable without growing
   std::size_t pending_free_bytes = 0;  // freed, but waiting for another stream's work
-  std::size_t spare_bytes = 0;       // CachingPool: released segments' pages kept for the next one
-  std::uint64_t oom_retries = 0;     // times the pool released its cache and retried
-  std::uint64_t consolidations = 0;  // times an emptied stream's segments became one
-  std::uint64_t ooms = 0;            // OutOfMemory errors thrown
-  std::size_t streams = 0;           // streams the pool has served
+  std::size_t spare_bytes = 0;         // VirtualMemoryPool: chunks held but mapped nowhere
+  std::uint64_t oom_retries = 0;       // times the pool released its cache and retried
+  std::uint64_t consolidations = 0;    // times an emptied stream's segments became one
+  std::uint64_t ooms = 0;              // OutOfMemory errors thrown
+  std::size_t streams = 0;             // streams the pool has served
 
   // External fragmentation of the cached memory, in [0, 1]: 1 - largest_free / free_bytes.
   // 0 means all free memory is one block (or there is none); near 1 means it is in slivers.

@@ -1,9 +1,10 @@
-// sdalloc/cuda/device_resource.hpp - pick a CUDA resource by name, and a ready device pool.
+// sdalloc/cuda/device_resource.hpp - pick a CUDA resource by name, and a device as a backend.
 //
 // For front ends that choose the memory source from configuration (the PyTorch shim, the
-// CLI, environment variables): one name per resource, a factory, and DevicePool, which
-// bundles a resource, its CudaStreamEvents and a CachingPool on top in the right order
-// (the pool is destroyed first, then the events, then the resource).
+// CLI, environment variables): one name per resource, a factory, and device_backend(), a
+// device's memory described for make_pool() (sdalloc/config/make_pool.hpp): its virtual
+// memory (so the default pool there is a VirtualMemoryPool), cudaMalloc segments, a
+// cudaMallocAsync pool when asked for, and the device's CudaStreamEvents.
 //
 //   kind          name           resource
 //   kCuda         "cuda"         CudaResource(device)        cudaMalloc / cudaFree
@@ -15,19 +16,18 @@
 //
 // Errors: as each resource's constructor (CudaError without a usable driver or device,
 // InvalidArgument for a device out of range); parse_device_resource_kind throws
-// InvalidArgument naming the accepted names. Thread-safety: the factories are; a DevicePool
-// is as thread-safe as CachingPool.
+// InvalidArgument naming the accepted names. Thread-safety: the factories are.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <string_view>
 
+#include "sdalloc/core/memory_backend.hpp"
 #include "sdalloc/core/resource.hpp"
 #include "sdalloc/core/virtual_memory.hpp"
 #include "sdalloc/cuda/cuda_stream_events.hpp"
 #include "sdalloc/cuda/cuda_virtual_memory.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
 
 namespace sdalloc::cuda {
 
@@ -43,30 +43,20 @@ std::unique_ptr<MemoryResource> make_device_resource(DeviceResourceKind kind, in
 std::unique_ptr<VirtualMemory> make_device_virtual_memory(int device = 0,
                                                           CudaVirtualMemoryOptions options = {});
 
-struct DevicePoolOptions {
-  DeviceResourceKind upstream = DeviceResourceKind::kCuda;
-  // The pool's options; stream_events is set by DevicePool (to its CudaStreamEvents).
-  CachingPoolOptions pool;
+struct DeviceBackendOptions {
+  // Offer the device's virtual memory (cuMem). Where the driver refuses it (a device without
+  // virtual memory management), the backend has whole segments only and says why in
+  // `virtual_memory_refused`.
+  bool virtual_memory = true;
+  // Also make a private cudaMallocAsync pool (mode:async's segments).
+  bool async_segments = false;
 };
 
-// upstream resource + CudaStreamEvents + CachingPool for one device, owned together.
-class DevicePool {
- public:
-  explicit DevicePool(int device = 0, DevicePoolOptions options = {});
-  ~DevicePool();
-  DevicePool(const DevicePool&) = delete;
-  DevicePool& operator=(const DevicePool&) = delete;
-
-  int device() const { return device_; }
-  CachingPool& pool() { return *pool_; }
-  MemoryResource& upstream() { return *upstream_; }
-  CudaStreamEvents& events() { return *events_; }
-
- private:
-  int device_;
-  std::unique_ptr<MemoryResource> upstream_;
-  std::unique_ptr<CudaStreamEvents> events_;
-  std::unique_ptr<CachingPool> pool_;  // declared last: destroyed first
-};
+// One device's memory for make_pool(): virtual memory (unmap waits for the page's own
+// stream only, which is all the pool's cross-stream rules leave to wait for), cudaMalloc
+// segments, optionally cudaMallocAsync segments, and CudaStreamEvents. `refused` (if given)
+// receives why the virtual memory was left out, or stays empty.
+MemoryBackend device_backend(int device, DeviceBackendOptions options = {},
+                             std::string* refused = nullptr);
 
 }  // namespace sdalloc::cuda

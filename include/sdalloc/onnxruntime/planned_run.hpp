@@ -23,21 +23,21 @@
 
 #include <cstddef>
 
+#include "sdalloc/config/make_pool.hpp"
 #include "sdalloc/onnxruntime/ort_allocator.hpp"
 #include "sdalloc/policies/planned_arena.hpp"
 
 namespace sdalloc::onnxruntime {
 
-// The PlannedArena options for a session's pool. Besides the plan, the arena's fallback pool
+// The configuration of a session's pool (for make_pool, sdalloc/config/make_pool.hpp):
+// mode:planned. Besides the plan, the arena's fallback pool
 // holds the session's initializers (allocated once, when the session is created, and never
 // freed) and the outputs kept past each Run() (freed by the caller, then asked again in the
 // same size): nothing there is reused in another size, so the fallback takes segments of the
-// request rounded to 4 KiB (no 2 MiB granularity, no small-pool rounding) and holds what they
-// need; with CachingPoolOptions' defaults it held 1.033 x the runs' peak live bytes on
-// sd_unet_mid and 1.024 x on ResNet-50, 1.000 x with these (docs/onnxruntime.md). The arena
-// is faulted in when it is reserved (prefault_host_arena: host memory only, as ORT's CPU
-// allocator is), so the runs pay no page faults.
-PlannedArenaOptions planned_session_options();
+// request rounded to 4 KiB (no 2 MiB granularity) and holds what they need
+// (docs/onnxruntime.md). On host memory (host_backend(), as ORT's CPU allocator is) the arena
+// is faulted in when it is reserved, so the runs pay no page faults.
+PoolConf planned_session_conf();
 
 class PlannedSession {
  public:

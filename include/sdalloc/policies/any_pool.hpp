@@ -2,9 +2,9 @@
 //
 // Front ends choose the kind of pool at run time (the C API's config struct, SDALLOC_CONF's
 // mode:pool|vmm|planned) and then call it through AnyPool: the Pool concept's members
-// (core/pool.hpp, whose contract they keep) as virtual functions, plus the two things only
-// some pools have, asked for explicitly: a segment layout (CachingPool, PlannedArena; a
-// VirtualMemoryPool's memory is pages, not segments) and steps (PlannedArena).
+// (core/pool.hpp, whose contract they keep) as virtual functions, plus the two things some
+// pools have, asked for explicitly: a segment layout (every pool here: a VirtualMemoryPool's
+// segments are its runs of mapped pages) and steps (PlannedArena).
 //
 // PoolOf<P> owns a P, built in place from the constructor's arguments, and forwards to it.
 // The virtual call costs a few nanoseconds on top of the pool's own cache-hit path; code that
@@ -55,6 +55,8 @@ class AnyPool {
   virtual PoolLayout layout() const = 0;
   // The PlannedArena behind this handle, or nullptr for pools without steps.
   virtual PlannedArena* planned() = 0;
+  // The VirtualMemoryPool behind this handle (its page figures: vm_stats), or nullptr.
+  virtual VirtualMemoryPool* vmm() = 0;
 };
 
 template <Pool P>
@@ -85,13 +87,19 @@ class PoolOf final : public AnyPool {
     if constexpr (requires(const P& p) { p.layout(); }) {
       return pool_.layout();
     } else {
-      throw InvalidArgument(
-          "a virtual-memory pool (mode:vmm) has no segment layout: its memory is pages mapped "
-          "into reserved ranges (use the statistics instead)");
+      throw InvalidArgument(pool_.name() + " has no segment layout (use the statistics)");
     }
   }
   PlannedArena* planned() override {
     if constexpr (std::is_same_v<P, PlannedArena>) {
+      return &pool_;
+    } else {
+      return nullptr;
+    }
+  }
+
+  VirtualMemoryPool* vmm() override {
+    if constexpr (std::is_same_v<P, VirtualMemoryPool>) {
       return &pool_;
     } else {
       return nullptr;

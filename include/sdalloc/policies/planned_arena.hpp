@@ -1,7 +1,7 @@
 // sdalloc/policies/planned_arena.hpp - an allocator that replays a planned iteration from one
 // arena.
 //
-// Inference loops (the UNet steps of a diffusion sampler) make the same allocations in the
+// Inference loops (the denoising steps of a diffusion sampler) make the same allocations in the
 // same order every iteration. PlannedArena records that order once, plans every buffer an
 // offset in one arena with sdalloc::plan() (planner.hpp), and then serves later iterations
 // from the arena by position: the k-th allocation of a step gets arena + offset[k]. No
@@ -89,6 +89,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -101,6 +102,8 @@
 
 namespace sdalloc {
 
+class AnyPool;
+
 struct PlannedArenaOptions {
   std::size_t replan_after_divergent_steps = 3;  // divergent steps in a row that drop a plan
   std::size_t max_plans = 4;                     // plans kept at once (steps of other shapes)
@@ -109,7 +112,8 @@ struct PlannedArenaOptions {
   // Also stop the planner's search after this many nodes (0: only the time limit): the same
   // plan on every machine, e.g. for tests and fuzzers (PlannerOptions::max_search_nodes).
   std::uint64_t planner_max_search_nodes = 0;
-  CachingPoolOptions fallback = {};  // options of the fallback pool
+  // The fallback pool's options (its stream_events are also the arena's).
+  CachingPoolOptions fallback = {};
   // Serve the recording step's plan-stream allocations straight from the upstream, so the
   // step being recorded does not hold a pool's cache beside what is live. Off: the
   // fallback pool serves them (faster recording, more memory held while recording).
@@ -140,8 +144,16 @@ struct PlannedArenaCounters {
 
 class PlannedArena final : public MemoryResource, public PoolLimits {
  public:
-  // The upstream resource must outlive this object.
+  // Makes the fallback pool over `upstream` (the arena's own counting view of the upstream:
+  // what the fallback takes is counted with the arena's memory) with `options.fallback`.
+  using FallbackMaker =
+      std::function<std::unique_ptr<AnyPool>(MemoryResource& upstream, const CachingPoolOptions&)>;
+
+  // The upstream resource must outlive this object. The fallback pool is a CachingPool, or
+  // what `make_fallback` makes (the pool factory, make_pool, passes its own).
   explicit PlannedArena(MemoryResource& upstream, PlannedArenaOptions options = {});
+  PlannedArena(MemoryResource& upstream, PlannedArenaOptions options,
+               const FallbackMaker& make_fallback);
   ~PlannedArena() override;
 
   using MemoryResource::allocate;
@@ -184,7 +196,7 @@ class PlannedArena final : public MemoryResource, public PoolLimits {
   // the rest free), and each direct block of a recording as a segment of its own.
   PoolLayout layout() const;
   PlannedArenaCounters counters() const;
-  CachingPool& fallback_pool();
+  AnyPool& fallback_pool();
   // Checks the fallback pool's invariants and the arena's and the recording's books (live
   // counts and bytes agree with the buffers, every buffer inside its arena, no more plans
   // than max_plans). Throws Error naming the first broken one; for tests and debugging.

@@ -1,7 +1,7 @@
 // sdalloc/policies/virtual_memory_pool.hpp - a pool over virtual memory: stitched physical pages.
 //
-// VirtualMemoryPool carves allocations out of large reserved address ranges (one per stream
-// and pool class) and maps physical memory into them page by page, only where live
+// VirtualMemoryPool carves allocations out of large reserved address ranges (one per stream)
+// and maps physical memory into them page by page, only where live
 // allocations need it. Address space is plentiful, so the pool never runs out of a
 // contiguous place for a request; what it rations is physical memory. When a request lands
 // on pages that are not mapped, the pool takes physical chunks, in this order:
@@ -12,13 +12,14 @@
 //   3. new chunks from the VirtualMemory, while the physical cap allows.
 // Step 2 comes before 3 when remap_before_growth is set (the default): the pool then creates
 // a chunk only when no free page is left to move, so its physical footprint follows the
-// pages that live allocations touch, not the history of what was cached. See
-// docs/virtual_memory_pool.md for the policy, its knobs and their measured costs.
+// pages that live allocations touch, not the history of what was cached. See docs/pools.md
+// for the policy and its measured costs.
 //
-// Pool classes: requests up to small_limit bytes come from "small" ranges, larger ones
-// from "large" ranges (PyTorch's split), so long-lived small tensors do not pin pages in the
-// middle of the space large ones reuse. Each range is tiled by blocks with best fit, splits,
-// merges and quick lists, the same building blocks as CachingPool's (src/pool/pool_shard.hpp).
+// One range per stream, tiled by blocks with best fit, splits, merges and quick lists, the
+// same building blocks as CachingPool's (src/pool/pool_shard.hpp). There is no class of
+// small requests with ranges of their own: a long-lived small tensor pins at most one page,
+// and blocks of every size reuse each other's pages, so a repeated pass lays itself out over
+// fewer pages than two classes would each need at their own peaks.
 //
 // Pages: a page is page_size bytes (a multiple of the VirtualMemory's granularity) at a
 // page-aligned offset of its range, backed by one chunk of that size or by nothing. Every
@@ -26,7 +27,9 @@
 // allocations are freed (a warm pool makes no system call), unless eager_unmap is set.
 //
 // Physical cap: max_physical_bytes (0: none) bounds the bytes of chunks the pool holds
-// (mapped or spare). This is how a caller simulates a smaller device.
+// (mapped or spare). This is how a caller simulates a smaller device, or shares one
+// (PyTorch's memory fraction); set_capacity changes it at any time, and a cap below what is
+// held refuses new chunks until enough are given back (trim, or their pages freed).
 //
 // Out of memory: when no chunk can be had (the cap, or the VirtualMemory refuses), the pool
 // waits for pending cross-stream frees and busy streams, moves every free page it finds in
@@ -70,6 +73,7 @@
 
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/core/pool.hpp"
+#include "sdalloc/core/pool_layout.hpp"
 #include "sdalloc/core/pool_stats.hpp"
 #include "sdalloc/core/resource.hpp"
 #include "sdalloc/core/stream_events.hpp"
@@ -81,12 +85,9 @@ struct VirtualMemoryPoolOptions {
   // Bytes of chunks (mapped or spare) the pool may hold at once; 0: no cap of its own (the
   // VirtualMemory's physical capacity still applies).
   std::size_t max_physical_bytes = 0;
-  // Bytes per page (and chunk) of each class; 0 picks max(granularity, 64 KiB) for large and
-  // max(granularity, 64 KiB) for small ranges. Multiples of the granularity.
-  std::size_t large_page_size = 0;
-  std::size_t small_page_size = 0;
-  // Requests of at most this many bytes come from the small ranges.
-  std::size_t small_limit = std::size_t{1} << 20;
+  // Bytes per page (and chunk); 0 picks max(granularity, 64 KiB). A power-of-two multiple
+  // of the granularity.
+  std::size_t page_size = 0;
   // Address space reserved per range (a request larger than this gets a range of its own
   // size). Reserving costs no memory.
   std::size_t range_size = std::size_t{64} << 30;
@@ -95,10 +96,8 @@ struct VirtualMemoryPoolOptions {
   bool remap_before_growth = true;
   // With remap_before_growth: chunks are still created (instead of pages moved) while the
   // physical bytes stay within this fraction above the highest live bytes seen so far.
-  // Moving a page costs two calls and, on the host, a fault per 4 KiB when it is used
-  // again; a little slack lets a loop keep its pages where it uses them. 0.04 (was 0.03):
-  // fewer pages move per pass on every trace of docs/virtual_memory_pool.md's sweep, and
-  // the footprint stays under the 1.05 x live bar.
+  // Moving a page costs system calls; a little slack lets a loop keep its pages where it
+  // uses them (docs/pools.md).
   double growth_slack = 0.04;
   // Unmap a page as soon as no allocation uses it (the chunk becomes spare). Lowest mapped
   // footprint, one unmap per freed page and one map per page reused: slow.
@@ -162,6 +161,10 @@ class VirtualMemoryPool final : public MemoryResource, public PoolLimits {
   PoolStats stats() const;
   VirtualMemoryPoolStats vm_stats() const;
   void reset_peak();
+  // Where the mapped memory is (core/pool_layout.hpp): one segment per run of mapped pages
+  // of a range, with the blocks over it (free blocks cut at the run's ends). Spare chunks are
+  // in no segment: the segments add up to the mapped bytes, reserved - spare_bytes.
+  PoolLayout layout() const;
 
   // Checks the pool's invariants (blocks tile their ranges, every page under a live
   // allocation is mapped, chunk counts agree with the figures). Throws Error naming the
@@ -170,8 +173,10 @@ class VirtualMemoryPool final : public MemoryResource, public PoolLimits {
 
   const VirtualMemoryPoolOptions& options() const;
   VirtualMemory& memory() const;
-  // max_physical_bytes, else the VirtualMemory's physical capacity (0: unlimited).
+  // The physical cap, else the VirtualMemory's physical capacity (0: unlimited).
   std::size_t capacity() const override;
+  // Changes the physical cap (0: none). Thread-safe; what is held stays held.
+  void set_capacity(std::size_t max_physical_bytes);
   std::string name() const override;
 
   struct Impl;

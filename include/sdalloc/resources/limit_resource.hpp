@@ -11,15 +11,12 @@
 // set_per_process_memory_fraction does so after the pool exists); lowering it below what is
 // in use takes nothing back, later requests fail until enough is returned. kNoLimit means no
 // cap: the adaptor then only counts, and reports the upstream's capacity and name.
-// coalesce, split and grow are forwarded, the cap counting their net change, so a pool over
-// a LimitResource moves pages and grows its arena as it does over the upstream alone.
 // Thread-safe: the running total is a CapacityCap (capacity_cap.hpp), checked and updated
 // with one compare-exchange.
 // The upstream must outlive the adaptor.
 #pragma once
 
 #include <cstddef>
-#include <span>
 #include <string>
 
 #include "sdalloc/core/resource.hpp"
@@ -40,9 +37,6 @@ class LimitResource final : public MemoryResource {
   }
   void set_capacity(std::size_t capacity) { cap_.set_limit(capacity); }
   std::string name() const override;
-  bool can_coalesce() const override { return upstream_.can_coalesce(); }
-  bool can_grow() const override { return upstream_.can_grow(); }
-  std::size_t page_size() const override { return upstream_.page_size(); }
 
   std::size_t used() const { return cap_.used(); }
   // Bytes the cap still grants: 0 once a lowered cap is below what is in use, and
@@ -57,11 +51,6 @@ class LimitResource final : public MemoryResource {
  private:
   void* do_allocate(std::size_t bytes, Stream stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
-  void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
-                    Stream stream) override;
-  bool do_split(void* ptr, std::size_t bytes, std::size_t first) override;
-  bool do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
-               std::span<const ResourceRange> donors, Stream stream) override;
 
   MemoryResource& upstream_;
   CapacityCap cap_;

@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <string>
 
 #include "sdalloc/core/resource.hpp"
@@ -38,19 +37,11 @@ class StatsResource final : public MemoryResource {
 
   std::size_t capacity() const override { return upstream_.capacity(); }
   std::string name() const override;
-  bool can_coalesce() const override { return upstream_.can_coalesce(); }
-  bool can_grow() const override { return upstream_.can_grow(); }
-  std::size_t page_size() const override { return upstream_.page_size(); }
   MemoryResource& upstream() const { return upstream_; }
 
  private:
   void* do_allocate(std::size_t bytes, Stream stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override;
-  void* do_coalesce(std::span<const ResourceRange> ranges, std::size_t bytes,
-                    Stream stream) override;
-  bool do_split(void* ptr, std::size_t bytes, std::size_t first) override;
-  bool do_grow(void* ptr, std::size_t bytes, std::size_t new_bytes,
-               std::span<const ResourceRange> donors, Stream stream) override;
 
   MemoryResource& upstream_;
   std::atomic<std::size_t> current_bytes_{0}, peak_bytes_{0}, total_bytes_{0};

@@ -40,7 +40,6 @@ class TraceResource final : public MemoryResource {
   std::uint64_t events() const;  // lines written after the header
 
   std::size_t capacity() const override { return upstream_.capacity(); }
-  std::size_t page_size() const override { return upstream_.page_size(); }
   std::string name() const override;
   MemoryResource& upstream() const { return upstream_; }
 

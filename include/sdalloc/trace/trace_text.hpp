@@ -34,8 +34,8 @@ class TraceFormatError : public InvalidArgument {
   std::size_t line;
 };
 
-// Bounds on one trace input. The defaults are far beyond any real trace (the bundled SD 1.5
-// UNet trace has 26-byte lines) and keep a hostile or mistaken input from exhausting memory.
+// Bounds on one trace input. The defaults are far beyond any real trace (whose lines are a
+// few dozen bytes) and keep a hostile or mistaken input from exhausting memory.
 struct TraceLimits {
   std::size_t max_line_bytes = std::size_t{1} << 20;  // 1 MiB
   std::uint64_t max_bytes = std::uint64_t{64} << 30;  // 64 GiB, after decompression

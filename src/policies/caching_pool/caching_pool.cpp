@@ -38,10 +38,6 @@ void CachingPoolOptions::validate() const {
     fail("huge_threshold must be at least segment_granularity, got " +
          std::to_string(huge_threshold));
   }
-  if (small_pool_limit != 0 && (!is_power_of_two(small_granularity) || small_granularity < 4096)) {
-    fail("small_granularity must be a power of two of at least 4096, got " +
-         std::to_string(small_granularity));
-  }
 }
 
 // =======================================================================================
@@ -51,31 +47,18 @@ CachingPool::Impl::Impl(MemoryResource& up, CachingPoolOptions opts)
     : StreamOrderedCore(opts.stream_events != nullptr ? *opts.stream_events
                                                       : HostStreamEvents::instance()),
       upstream(up),
-      upstream_page(up.page_size()),
-      upstream_coalesces(up.can_coalesce()),
-      upstream_grows(up.can_grow()),
       options(opts) {
   options.validate();
 }
 
-CachingPool::Impl::~Impl() {
-  for (PoolShard* shard : shards()) {
-    std::vector<Segment*> spare;
-    {
-      std::lock_guard lock(shard->mutex);
-      spare = take_spare(*shard);
-    }
-    for (Segment* s : spare) destroy_segment(*shard, s);
-  }
-  release_all();
-}
+CachingPool::Impl::~Impl() { release_all(); }
 
 std::string CachingPool::Impl::name() const { return "CachingPool(" + upstream.name() + ")"; }
 
 OutOfMemoryInfo CachingPool::Impl::oom_info(std::size_t requested) const {
   OutOfMemoryInfo info;
   info.requested = requested;
-  info.reserved = counters.held_bytes.current();
+  info.reserved = counters.reserved_bytes.current();
   // Read only, as stats(): draining the quick lists here would change where later blocks
   // go in every shard, the other streams' too (largest_free() walks the parked blocks).
   for (PoolShard* shard : shards()) {
@@ -87,10 +70,14 @@ OutOfMemoryInfo CachingPool::Impl::oom_info(std::size_t requested) const {
   return info;
 }
 
+std::unique_ptr<detail::PoolShard> CachingPool::Impl::make_shard(const ShardKey& key) {
+  return std::make_unique<CachingShard>(key.stream);
+}
+
 void CachingPool::Impl::recycle(PoolShard& owner, Block* block,
                                 std::unique_lock<detail::SpinLock>& /*lock*/) {
   owner.release(block);
-  note_low(owner);
+  note_free(caching_detail::caching_shard(owner));
 }
 
 // =======================================================================================
@@ -102,30 +89,24 @@ void CachingPool::Impl::recycle(PoolShard& owner, Block* block,
 // peak of a sum would make every thread write one shared cache line on every call.
 PoolStats CachingPool::Impl::stats() const {
   PoolStats s = shard_stats();
-  s.reserved_bytes = counters.held_bytes.current();
-  s.peak_reserved_bytes = counters.held_bytes.peak();
-  s.spare_bytes = s.reserved_bytes - std::min(s.reserved_bytes, counters.reserved_bytes.current());
+  s.reserved_bytes = counters.reserved_bytes.current();
+  s.peak_reserved_bytes = counters.reserved_bytes.peak();
   // The true peaks are ordered (live <= allocated <= reserved, reserved exact), so the
   // smaller bound is still an upper bound and the figures stay consistent.
   s.peak_allocated_bytes = std::min(s.peak_allocated_bytes, s.peak_reserved_bytes);
   s.peak_live_bytes = std::min(s.peak_live_bytes, s.peak_allocated_bytes);
-  s.segments = counters.held_ranges.current();
-  s.peak_segments = counters.held_ranges.peak();
+  s.segments = counters.segments.current();
+  s.peak_segments = counters.segments.peak();
   s.segment_allocations = counters.segment_allocations.load(std::memory_order_relaxed);
   s.segment_releases = counters.segment_releases.load(std::memory_order_relaxed);
   s.failed_releases = counters.failed_releases.load(std::memory_order_relaxed);
   s.consolidations = counters.consolidations.load(std::memory_order_relaxed);
-  s.segment_splits = counters.segment_splits.load(std::memory_order_relaxed);
-  s.arena_growths = counters.arena_growths.load(std::memory_order_relaxed);
-  s.stitches = counters.stitches.load(std::memory_order_relaxed);
   return s;
 }
 
 void CachingPool::Impl::reset_peak() {
   reset_shard_peaks();
   counters.reserved_bytes.reset_peak();
-  counters.held_bytes.reset_peak();
-  counters.held_ranges.reset_peak();
   counters.segments.reset_peak();
 }
 
@@ -137,26 +118,6 @@ void CachingPool::Impl::check_invariants() const {
     throw Error("CachingPool invariant broken: reserved bytes counter says " +
                 std::to_string(counters.reserved_bytes.current()) + ", segments add up to " +
                 std::to_string(reserved));
-  }
-  std::size_t spare = 0;
-  std::size_t spare_ranges = 0;
-  for (const PoolShard* shard : all) {
-    if (!keeps_spare() && !shard->spare.empty()) {
-      throw Error("CachingPool invariant broken: stream " + std::to_string(shard->stream.handle) +
-                  " keeps spare segments over a resource that cannot move pages");
-    }
-    spare_ranges += shard->spare.size();
-    for (const Segment* s : shard->spare) spare += s->size;
-  }
-  if (counters.held_bytes.current() != reserved + spare) {
-    throw Error("CachingPool invariant broken: held bytes counter says " +
-                std::to_string(counters.held_bytes.current()) + ", segments and spare add up to " +
-                std::to_string(reserved + spare));
-  }
-  if (counters.held_ranges.current() != counters.segments.current() + spare_ranges) {
-    throw Error("CachingPool invariant broken: held ranges counter says " +
-                std::to_string(counters.held_ranges.current()) + ", segments and spare are " +
-                std::to_string(counters.segments.current() + spare_ranges));
   }
 }
 

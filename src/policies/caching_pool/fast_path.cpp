@@ -13,6 +13,8 @@
 
 namespace sdalloc {
 
+using caching_detail::caching_shard;
+using caching_detail::CachingShard;
 using detail::Block;
 using detail::Fit;
 using detail::PoolShard;
@@ -25,8 +27,8 @@ void* CachingPool::Impl::allocate(std::size_t bytes, std::size_t alignment, Stre
   check_request(bytes, alignment);
   if (bytes == 0) return nullptr;
   const Fit fit = fit_for(bytes, alignment);
-  PoolShard& shard = shard_for(stream);
-  bool consolidation_due = false;
+  CachingShard& shard = caching_shard(shard_for(stream));
+  bool due = false;
   {
     std::lock_guard lock(shard.mutex);
     // Blocks freed on other streams rejoin the cache as soon as their events complete:
@@ -34,12 +36,12 @@ void* CachingPool::Impl::allocate(std::size_t bytes, std::size_t alignment, Stre
     // pending. Otherwise a pool whose cache keeps hitting would hold them, and their
     // events, until its next miss.
     if (!shard.pending.empty()) shard.collect_pending(events, /*wait=*/false);
-    consolidation_due = shard.consolidation_due;
-    if (!consolidation_due) {
+    due = shard.due;
+    if (!due) {
       if (Block* block = shard.allocate(fit, bytes)) return block->ptr();
     }
   }
-  if (consolidation_due) {
+  if (due) {
     consolidate(shard);
     if (void* ptr = allocate_in(shard, fit, bytes)) return ptr;
   }
@@ -49,7 +51,7 @@ void* CachingPool::Impl::allocate(std::size_t bytes, std::size_t alignment, Stre
 void CachingPool::Impl::free(void* ptr, Stream stream, const std::size_t* expected_bytes) {
   if (ptr == nullptr) return;
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
-  PoolShard& shard = shard_for(stream);
+  CachingShard& shard = caching_shard(shard_for(stream));
   {
     std::lock_guard lock(shard.mutex);
     Block* block = shard.find_live(addr);
@@ -57,7 +59,7 @@ void CachingPool::Impl::free(void* ptr, Stream stream, const std::size_t* expect
       check_size(block, ptr, expected_bytes);
       shard.forget_live(block);
       shard.release(block);
-      note_low(shard);
+      note_free(shard);
       return;
     }
   }
@@ -87,7 +89,7 @@ void* CachingPool::Impl::allocate_in(PoolShard& shard, const Fit& fit, std::size
   return block != nullptr ? block->ptr() : nullptr;
 }
 
-void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::size_t bytes) {
+void* CachingPool::Impl::allocate_slow(CachingShard& shard, const Fit& fit, std::size_t bytes) {
   // 1. Blocks freed on other streams whose work has completed since.
   {
     std::lock_guard lock(shard.mutex);
@@ -97,30 +99,18 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   }
   // 2. A wholly free segment cached by another, idle stream.
   if (void* ptr = allocate_from_other_shards(shard, fit, bytes, /*wait=*/false)) return ptr;
-  // 3. The shard's arena, grown in place where the resource can.
-  bool stitch = false;
-  if (void* ptr = grow_arena(shard, fit, bytes, stitch)) return ptr;
-  // 4. A new segment from the resource.
-  std::size_t grain = segment_grain(counters.reserved_bytes.high() + fit.needed);
-  if (fit.huge) grain = huge_grain(fit.needed, grain);
-  std::size_t segment_size = round_up(fit.needed, grain);
-  const bool huge = fit.huge && segment_size >= options.min_segment_size;
-  if (grain == options.segment_granularity) {
-    segment_size = std::max(segment_size, options.min_segment_size);
-  }
-  note_fragmented_growth(shard, fit, segment_size);
-  // The shard's own free segments go back in exchange for the new one (their pages move
-  // into it where the resource can: see exchange_segments and pages_for).
-  // Where stitching, the arenas' free runs are among them.
-  std::vector<Segment*> released = release_to_grow(shard, segment_size, stitch);
-  // Spare pages of earlier releases come first; what the new segment does not need of
-  // the segments just released is kept for later (pages_for).
-  released = pages_for(shard, std::move(released), segment_size);
+  // 3. A new segment from the resource, the cache released first if the pool would grow
+  // past its peak.
+  const std::size_t rounded = round_up(fit.needed, options.segment_granularity);
+  const std::size_t segment_size = std::max(rounded, options.min_segment_size);
+  // A huge request below the smallest segment shares it like any other.
+  const bool huge = fit.huge && rounded >= options.min_segment_size;
+  release_to_grow(shard, segment_size);
   void* base = nullptr;
   try {
-    base = exchange_segments(released, segment_size, shard.stream);
+    base = upstream.allocate(segment_size, shard.stream);
   } catch (const OutOfMemory&) {
-    // 5. Out of memory: wait for pending frees and busy streams, return every cached
+    // 4. Out of memory: wait for pending frees and busy streams, return every cached
     // segment, and retry once.
     oom_retries().fetch_add(1, std::memory_order_relaxed);
     release_free_segments(&shard, /*wait=*/true);
@@ -144,44 +134,17 @@ void* CachingPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::si
   return shard.allocate_from(block, fit, bytes)->ptr();
 }
 
-std::vector<Segment*> CachingPool::Impl::release_to_grow(PoolShard& shard, std::size_t growth,
-                                                         bool stitch) {
-  std::vector<Segment*> released;
+void CachingPool::Impl::release_to_grow(CachingShard& shard, std::size_t growth) {
   if (!options.release_cached_before_growth ||
       counters.reserved_bytes.current() + growth <= counters.reserved_bytes.high()) {
-    return released;
+    return;
   }
-  const std::size_t bytes = release_free_segments(&shard, /*wait=*/false, &released);
-  if (bytes < growth) cut_free_ends(shard, growth - bytes, released, stitch);
-  // A release of less than 1/kChurnShare of the growth is no churn: the 128 KiB segment
-  // of a first small tensor, freed before the work's first large one, marked an ONNX
-  // Runtime session churned, and its arena then took the size of its fragmented segments
-  // for good (1.432 x the runs' live peak in every run; 1.080 x from the second run so).
-  if (bytes == 0 || bytes < growth / kChurnShare) return released;
+  std::size_t own = 0;
+  release_free_segments(&shard, /*wait=*/false, &own);
+  if (own == 0) return;
+  // Memory went back only to be asked for again: see consolidate().
   std::lock_guard lock(shard.mutex);
-  // Memory went back only to be asked for again: see consolidate(). The lows are
-  // counted from the first churn: a mark of fragmentation before it may have come at the
-  // first allocation (the slack of a segment for a 1 KiB bias is "fragmented"), and a low
-  // counted from there is one no floor of weights ever reaches again.
-  note_churn_low(shard, /*kept=*/shard.churned);
-  shard.churned = true;
-  shard.churned_since_floor = true;
-  return released;
-}
-
-void CachingPool::Impl::note_fragmented_growth(PoolShard& shard, const Fit& fit,
-                                               std::size_t segment_size) {
-  if (!options.release_cached_before_growth) return;  // it keeps what it took, by request
-  std::lock_guard lock(shard.mutex);
-  if (shard.fragmented) return;
-  const std::size_t free_after = shard.free_bytes() + (segment_size - fit.needed);
-  const std::size_t allocated_after = shard.figures.allocated_bytes + fit.needed;
-  if (free_after <= allocated_after / kFragmentedShare) return;
-  for (const Segment* s = shard.segments; s != nullptr; s = s->next) {
-    if (s->arena) return;  // an arena that overflows is not made again at the same size
-  }
-  note_churn_low(shard, /*kept=*/shard.churned);
-  shard.fragmented = true;
+  note_churn(shard);
 }
 
 void* CachingPool::Impl::allocate_from_other_shards(PoolShard& shard, const Fit& fit,

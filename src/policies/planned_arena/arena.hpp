@@ -33,7 +33,7 @@
 #include "sdalloc/core/resource.hpp"
 #include "sdalloc/core/stream.hpp"
 #include "sdalloc/core/stream_events.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
+#include "sdalloc/policies/any_pool.hpp"
 
 namespace sdalloc::planned_arena_detail {
 
@@ -91,7 +91,7 @@ class SharedArena {
  public:
   // `pool` is the fallback pool, trimmed before each reservation; prefault: fault the pages
   // of each reserved arena in (PlannedArenaOptions::prefault_host_arena).
-  SharedArena(MemoryResource& upstream, CachingPool& pool, StreamEvents& events, bool prefault)
+  SharedArena(MemoryResource& upstream, AnyPool& pool, StreamEvents& events, bool prefault)
       : upstream_(upstream), pool_(pool), events_(events), prefault_(prefault) {}
   ~SharedArena();
   SharedArena(const SharedArena&) = delete;
@@ -139,7 +139,7 @@ class SharedArena {
   std::size_t sum(F figure) const;
 
   MemoryResource& upstream_;
-  CachingPool& pool_;
+  AnyPool& pool_;
   StreamEvents& events_;
   const bool prefault_;
   std::unique_ptr<Arena> current_;

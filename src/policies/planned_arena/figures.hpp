@@ -7,9 +7,8 @@
 // them to the pool's stats. Invariants: a peak is >= its current value from the last
 // reset_peak() on; totals only grow. Current figures are exact sums. The byte and
 // allocation peaks are what the sources held at once, not the sum of their own peaks (which
-// said 17.6 GB allocated on an H200 where 8.2 GB were held): the reserved peak is measured
-// under the three sources (a StatsResource between them and the upstream, spare pages
-// included), as is the peak count of ranges held (peak_segments), and the live peaks by
+// can be twice as much): the reserved peak is measured under the three sources (a
+// StatsResource between them and the upstream), as is the peak count of ranges held (peak_segments), and the live peaks by
 // LiveGauge at PlannedArena's own allocate and free.
 #pragma once
 

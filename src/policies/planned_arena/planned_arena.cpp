@@ -38,6 +38,7 @@
 #include "policies/planned_arena/stream_users.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/core/stream_events.hpp"
+#include "sdalloc/policies/any_pool.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 
 namespace sdalloc {
@@ -55,11 +56,12 @@ using planned_arena_detail::StepRecorder;
 using planned_arena_detail::StreamUsers;
 
 struct PlannedArena::Impl {
-  Impl(MemoryResource& up, PlannedArenaOptions opts)
+  Impl(MemoryResource& up, PlannedArenaOptions opts, const FallbackMaker& make_fallback)
       : upstream(up),
         held(up),
         options(validated(opts)),
-        pool(held, options.fallback),
+        pool_owner(make_fallback(held, options.fallback)),
+        pool(*pool_owner),
         events(options.fallback.stream_events != nullptr ? *options.fallback.stream_events
                                                          : HostStreamEvents::instance()),
         plan_stream_handle(options.plan_stream.handle),
@@ -75,11 +77,12 @@ struct PlannedArena::Impl {
   MemoryResource& upstream;
   // Everything the three sources (the fallback pool, the arenas, the recording's blocks)
   // hold from the upstream passes through here: its peak is the arena's reserved peak. The
-  // sum of the sources' own peaks is only a bound: on an H200 it said 17.7 GB where the
-  // device had 7.3 GB in use (the 64x64 arena, then the 96x96 one, never both at once).
+  // sum of the sources' own peaks is only a bound, and a loose one: arenas of two shapes
+  // that are never held at once would count twice (docs/pytorch.md has a measured case).
   StatsResource held;
   const PlannedArenaOptions options;
-  CachingPool pool;
+  std::unique_ptr<AnyPool> pool_owner;  // the fallback pool
+  AnyPool& pool;
   StreamEvents& events;
 
   // The stream whose sequence is planned: set by begin_step(stream) when a step is recorded.
@@ -146,8 +149,8 @@ struct PlannedArena::Impl {
 
   void* route_allocation(std::size_t bytes, std::size_t alignment, Stream stream) {
     if (!(stream == plan_stream())) return allocate_elsewhere(bytes, alignment, stream);
-    const bool valid = is_power_of_two(alignment) && alignment <= CachingPool::kMaxAlignment &&
-                       bytes <= CachingPool::kMaxAllocation;
+    const bool valid =
+        is_power_of_two(alignment) && alignment <= kPoolMaxAlignment && bytes <= kPoolMaxAllocation;
     if (!valid || bytes == 0) return pool.allocate(bytes, alignment, stream);  // throws or null
 
     std::unique_lock<std::mutex> lock(mutex);
@@ -212,9 +215,9 @@ struct PlannedArena::Impl {
 
   // A recording through the upstream needs neither what the fallback pool caches nor an
   // arena with nothing live in it, and held both beside it: a new shape recorded after
-  // warm-ups outside any step reserved 18.9 GB on an H200 where PyTorch's allocator held
-  // 8.0 (the SD UNet at 64x64, then 96x96). Both go back first; the arena is reserved again
-  // at the next planned step.
+  // warm-ups outside any step held more than twice what PyTorch's allocator held (figures in
+  // docs/pytorch.md). Both go back first; the arena is reserved again at the next
+  // planned step.
   void start_recording() {
     if (options.record_through_upstream) {
       pool.trim();
@@ -459,7 +462,7 @@ struct PlannedArena::Impl {
 
   // What the fallback pool caches, and the arena when no step is in progress and none of its
   // memory is live (the plan stays: the next begin_step reserves the arena again). Lets a
-  // pipeline give the denoiser's arena back before its next stage (the VAE) the way
+  // pipeline give one stage's arena back before its next stage the way
   // torch.cuda.empty_cache() gives back a cache.
   std::size_t trim() {
     std::size_t released = 0;
@@ -471,7 +474,7 @@ struct PlannedArena::Impl {
   }
 
   PoolLayout layout() const {
-    PoolLayout result = pool.layout();
+    PoolLayout result = pool.has_layout() ? pool.layout() : PoolLayout{};
     std::lock_guard<std::mutex> lock(mutex);
     arenas.add_layout(result);
     recording_blocks.add_layout(result);
@@ -506,7 +509,13 @@ struct PlannedArena::Impl {
 // ---- the public API: forwarding to Impl -------------------------------------------------
 
 PlannedArena::PlannedArena(MemoryResource& upstream, PlannedArenaOptions options)
-    : impl_(std::make_unique<Impl>(upstream, options)) {}
+    : PlannedArena(upstream, options, [](MemoryResource& held, const CachingPoolOptions& fallback) {
+        return std::make_unique<PoolOf<CachingPool>>(held, fallback);
+      }) {}
+
+PlannedArena::PlannedArena(MemoryResource& upstream, PlannedArenaOptions options,
+                           const FallbackMaker& make_fallback)
+    : impl_(std::make_unique<Impl>(upstream, options, make_fallback)) {}
 
 PlannedArena::~PlannedArena() = default;
 
@@ -571,7 +580,7 @@ PoolLayout PlannedArena::layout() const { return impl_->layout(); }
 
 PlannedArenaCounters PlannedArena::counters() const { return impl_->current_counters(); }
 
-CachingPool& PlannedArena::fallback_pool() { return impl_->pool; }
+AnyPool& PlannedArena::fallback_pool() { return impl_->pool; }
 
 void PlannedArena::check_invariants() const {
   impl_->pool.check_invariants();

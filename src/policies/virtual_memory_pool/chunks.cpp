@@ -1,7 +1,7 @@
 // chunks.cpp - the physical chunks of a VirtualMemoryPool: table, spares, cap, trim.
 //
 // Every chunk the pool holds has a slot in `chunks` (a freed slot is reused) and is either
-// mapped at exactly one page of one range or in the spare list of its size. The physical
+// mapped at exactly one page of one range or in the spare list. The physical
 // cap is claimed (commit) before a chunk is created, so threads creating at once never pass
 // it together. chunk_mutex guards the table and the spare lists and is held only for a few
 // vector operations, never across a call into the VirtualMemory.
@@ -58,34 +58,26 @@ PhysicalChunk VirtualMemoryPool::Impl::chunk_at(std::uint32_t index) const {
   return chunks[index];
 }
 
-std::vector<std::uint32_t>& VirtualMemoryPool::Impl::spares_for(std::size_t page_size) {
-  return page_size == options.small_page_size ? small_spares : large_spares;
-}
-
-void VirtualMemoryPool::Impl::take_spares(std::size_t page_size, std::size_t want,
-                                          std::vector<std::uint32_t>& out) {
+void VirtualMemoryPool::Impl::take_spares(std::size_t want, std::vector<std::uint32_t>& out) {
   std::lock_guard lock(chunk_mutex);
-  std::vector<std::uint32_t>& spares = spares_for(page_size);
   while (!spares.empty() && out.size() < want) {
     out.push_back(spares.back());
     spares.pop_back();
   }
 }
 
-void VirtualMemoryPool::Impl::give_back_reused(std::vector<std::uint32_t>& reused,
-                                               std::size_t page_size) {
+void VirtualMemoryPool::Impl::give_back_reused(std::vector<std::uint32_t>& reused) {
   if (reused.empty()) return;
   {
     std::lock_guard lock(chunk_mutex);
-    std::vector<std::uint32_t>& spares = spares_for(page_size);
     spares.insert(spares.end(), reused.begin(), reused.end());
   }
   reused.clear();
   if (options.destroy_spare_chunks) destroy_spares();
 }
 
-void VirtualMemoryPool::Impl::give_back(Gathered& got, std::size_t page_size) {
-  give_back_reused(got.reused, page_size);
+void VirtualMemoryPool::Impl::give_back(Gathered& got) {
+  give_back_reused(got.reused);
   for (std::uint32_t chunk : got.created) destroy_chunk(chunk);
   got.created.clear();
 }
@@ -94,11 +86,12 @@ void VirtualMemoryPool::Impl::give_back(Gathered& got, std::size_t page_size) {
 // creating and destroying
 
 // Creates up to `want` chunks within the cap. Stops at the first refusal, noting why.
-void VirtualMemoryPool::Impl::create_chunks(std::size_t page_size, std::size_t want,
-                                            std::vector<std::uint32_t>& out, std::string& failure) {
+void VirtualMemoryPool::Impl::create_chunks(std::size_t want, std::vector<std::uint32_t>& out,
+                                            std::string& failure) {
+  const std::size_t page_size = options.page_size;
   for (std::size_t i = 0; i < want; ++i) {
     if (!commit(page_size)) {
-      failure = "the physical cap of " + format_bytes(options.max_physical_bytes) + " is reached";
+      failure = "the physical cap of " + format_bytes(cap()) + " is reached";
       return;
     }
     PhysicalChunk chunk;
@@ -129,9 +122,8 @@ void VirtualMemoryPool::Impl::create_chunks(std::size_t page_size, std::size_t w
 bool VirtualMemoryPool::Impl::commit(std::size_t bytes) {
   std::size_t used = committed.load(std::memory_order_relaxed);
   do {
-    if (options.max_physical_bytes != 0 && bytes > options.max_physical_bytes - used) {
-      return false;
-    }
+    const std::size_t limit = cap();
+    if (limit != 0 && (used > limit || bytes > limit - used)) return false;
   } while (!committed.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
   return true;
 }
@@ -167,9 +159,7 @@ std::size_t VirtualMemoryPool::Impl::destroy_spares() {
   std::vector<std::uint32_t> doomed;
   {
     std::lock_guard lock(chunk_mutex);
-    doomed.swap(small_spares);
-    doomed.insert(doomed.end(), large_spares.begin(), large_spares.end());
-    large_spares.clear();
+    doomed.swap(spares);
   }
   std::size_t bytes = 0;
   for (std::uint32_t chunk : doomed) {
@@ -181,22 +171,19 @@ std::size_t VirtualMemoryPool::Impl::destroy_spares() {
 
 // Unmaps every page wholly inside free space, then destroys every spare.
 std::size_t VirtualMemoryPool::Impl::trim() {
-  const ShardTable& t = table();
-  for (std::size_t i = 0; i < t.shards.size(); ++i) {
-    PoolShard* shard = t.shards[i];
-    const std::size_t page_size = page_size_at(t, i);
+  for (PoolShard* shard : shards()) {
     std::vector<std::uint32_t> freed;
     {
       std::lock_guard lock(shard->mutex);
       if (!shard->pending.empty()) shard->collect_pending(events, true);
       try {
-        steal_pages(*shard, page_size, SIZE_MAX, freed);
+        steal_pages(*shard, SIZE_MAX, freed);
       } catch (...) {
-        give_back_reused(freed, page_size);
+        give_back_reused(freed);
         throw;
       }
     }
-    give_back_reused(freed, page_size);
+    give_back_reused(freed);
   }
   return destroy_spares();
 }

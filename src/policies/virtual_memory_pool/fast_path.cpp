@@ -4,7 +4,7 @@
 // pages are all mapped; under the shard's lock only, with no system call. Anything else
 // goes to allocate_slow, which tries in levels, retrying after each: (0) spares, pages of
 // this shard's own free space, new chunks when the policy allows; (1) free pages of other
-// idle shards with the same page size, then new chunks; (2, out of memory) wait for pending
+// idle shards, then new chunks; (2, out of memory) wait for pending
 // frees and busy streams, take free pages from every shard. Each attempt hands the carved
 // block to the shard with a backing hook (back_pages), so the shard makes it live only once
 // its pages are mapped and frees it again otherwise; no shard lock is held while another is
@@ -42,37 +42,33 @@ void* VirtualMemoryPool::Impl::allocate(std::size_t bytes, std::size_t alignment
   check_request(bytes, alignment);
   if (bytes == 0) return nullptr;
   const Fit fit = fit_for(bytes, alignment);
-  const bool small = fit.needed <= options.small_limit;
-  VmShard& shard = vm_shard(shard_for(stream, kind_of(small)));
+  VmShard& shard = vm_shard(shard_for(stream));
   {
     std::lock_guard lock(shard.mutex);
     auto mapped = [](const Block* found, const Fit& f) { return pages_mapped_for(found, f); };
     if (Block* block = shard.allocate(fit, bytes, mapped)) {
-      shard.live->bytes.add(bytes);
+      shard.publish_live();
       return block->ptr();
     }
   }
-  void* ptr = allocate_slow(shard, small, fit, bytes);
-  shard.live->bytes.add(bytes);
-  return ptr;
+  return allocate_slow(shard, fit, bytes);
 }
 
 void VirtualMemoryPool::Impl::free(void* ptr, Stream stream, const std::size_t* expected_bytes) {
   if (ptr == nullptr) return;
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
-  // The class is not known from the pointer; try the stream's shards, small first.
-  for (bool small : {true, false}) {
-    PoolShard* shard = find_shard(stream, kind_of(small));
-    if (shard == nullptr) continue;
-    std::lock_guard lock(shard->mutex);
-    Block* block = shard->find_live(addr);
-    if (block == nullptr) continue;
-    if (block->other_streams != nullptr) break;  // their work first: free_slow waits for it
-    check_size(block, ptr, expected_bytes);
-    vm_shard(*shard).live->bytes.sub(block->requested);
-    shard->forget_live(block);
-    recycle_block(*shard, block);
-    return;
+  VmShard& shard = vm_shard(shard_for(stream));
+  {
+    std::lock_guard lock(shard.mutex);
+    Block* block = shard.find_live(addr);
+    // Used by other streams too: their work first, which free_slow waits for.
+    if (block != nullptr && block->other_streams == nullptr) {
+      check_size(block, ptr, expected_bytes);
+      shard.forget_live(block);
+      shard.publish_live();
+      recycle_block(shard, block);
+      return;
+    }
   }
   free_slow(ptr, stream, expected_bytes);
 }
@@ -94,9 +90,8 @@ void VirtualMemoryPool::free(void* ptr, Stream stream) { impl_->free(ptr, stream
 // =======================================================================================
 // the slow path
 
-void* VirtualMemoryPool::Impl::allocate_slow(PoolShard& shard, bool small, const Fit& fit,
-                                             std::size_t bytes) {
-  const std::size_t page_size = page_size_of(small);
+void* VirtualMemoryPool::Impl::allocate_slow(PoolShard& shard, const Fit& fit, std::size_t bytes) {
+  const std::size_t page_size = options.page_size;
   Attempt attempt;  // why the last level could not cover the block
   for (Level level : {Level::kOwn, Level::kOthers, Level::kOutOfMemory}) {
     if (attempt.final) break;
@@ -112,10 +107,10 @@ void* VirtualMemoryPool::Impl::allocate_slow(PoolShard& shard, bool small, const
       // streams keep the rest.
       const std::size_t want =
           attempt.short_pages != 0 ? attempt.short_pages : fit.needed / page_size + 2;
-      steal_from_other_shards(shard, page_size, want, /*wait=*/false);
+      steal_from_other_shards(shard, want, /*wait=*/false);
     } else if (level == Level::kOutOfMemory) {
       oom_retries().fetch_add(1, std::memory_order_relaxed);
-      steal_from_other_shards(shard, page_size, SIZE_MAX, /*wait=*/true);
+      steal_from_other_shards(shard, SIZE_MAX, /*wait=*/true);
     }
     std::lock_guard lock(shard.mutex);
     if (level == Level::kOutOfMemory && !shard.pending.empty()) {
@@ -164,12 +159,13 @@ void* VirtualMemoryPool::Impl::try_allocate(PoolShard& shard, const Fit& fit, st
                true};
     return nullptr;
   }
-  return block != nullptr ? block->ptr() : nullptr;
+  if (block == nullptr) return nullptr;
+  vm_shard(shard).publish_live();
+  return block->ptr();
 }
 
 Block* VirtualMemoryPool::Impl::add_range(PoolShard& shard, const Fit& fit) {
-  const bool small = fit.needed <= options.small_limit;
-  const std::size_t page_size = page_size_of(small);
+  const std::size_t page_size = options.page_size;
   const std::size_t size = std::max(options.range_size, round_up(fit.needed, page_size));
   void* base = nullptr;
   try {

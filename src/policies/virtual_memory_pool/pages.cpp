@@ -65,27 +65,28 @@ bool VirtualMemoryPool::Impl::back_pages(PoolShard& shard, Block* block, Level l
 
   Gathered got;  // chunks in hand; whatever is not mapped goes back on any exit
   try {
-    gather(shard, page_size, missing, block->size, level, got, failure);
+    gather(shard, missing, block->size, level, got, failure);
     if (got.size() < missing) {
       attempt.short_pages = missing - got.size();
       keep_in_place(got);
-      give_back(got, page_size);
+      give_back(got);
       return false;
     }
     order_for_mapping(got);
     map_pages(shard, range, first, end, got);
   } catch (...) {
     keep_in_place(got);
-    give_back(got, page_size);
+    give_back(got);
     throw;
   }
   return true;
 }
 
-void VirtualMemoryPool::Impl::gather(PoolShard& shard, std::size_t page_size, std::size_t missing,
+void VirtualMemoryPool::Impl::gather(PoolShard& shard, std::size_t missing,
                                      std::size_t request_bytes, Level level, Gathered& got,
                                      std::string& failure) {
-  take_spares(page_size, missing, got.reused);
+  const std::size_t page_size = options.page_size;
+  take_spares(missing, got.reused);
   if (got.size() == missing) return;
   // Free pages of this shard first, unless the policy grows freely: below the cap
   // without remap_before_growth, or within growth_slack of the peak live bytes.
@@ -96,18 +97,17 @@ void VirtualMemoryPool::Impl::gather(PoolShard& shard, std::size_t page_size, st
   // can be locked at once.
   const bool moves = memory.can_move();
   const auto take_free_pages = [&] {
-    steal_pages(shard, page_size, missing - got.size(), got.reused, moves ? &got.moving : nullptr);
+    steal_pages(shard, missing - got.size(), got.reused, moves ? &got.moving : nullptr);
     if (moves && level != Level::kOwn && got.size() < missing) {
-      steal_to_move(shard, page_size, missing - got.size(), got);
+      steal_to_move(shard, missing - got.size(), got);
     }
   };
   if (remap_first) take_free_pages();
   if (got.size() == missing) return;
   // Other shards may hold free pages too: level kOthers takes them before creating.
-  const bool may_create =
-      grow_freely || level != Level::kOwn || !other_shards_with(page_size, shard);
+  const bool may_create = grow_freely || level != Level::kOwn || shards().size() == 1;
   if (may_create) {
-    create_chunks(page_size, missing - got.size(), got.created, failure);
+    create_chunks(missing - got.size(), got.created, failure);
     got.created_now = got.created;
     std::sort(got.created_now.begin(), got.created_now.end());
   }
@@ -129,21 +129,14 @@ bool VirtualMemoryPool::Impl::within_growth_slack(std::size_t bytes, std::size_t
   std::size_t live = request_bytes;
   {
     std::lock_guard lock(registry_mutex());
-    for (const auto& stream : stream_live) live += stream->bytes.current();
+    for (PoolShard* shard : shards()) {
+      live += vm_detail::vm_shard(*shard).live.load(std::memory_order_relaxed);
+    }
     if (live > slow_path_peak_live) slow_path_peak_live = live;
     live = slow_path_peak_live;
   }
   const double allowed = static_cast<double>(live) * (1.0 + options.growth_slack);
   return static_cast<double>(counters.physical.current() + bytes) <= allowed;
-}
-
-bool VirtualMemoryPool::Impl::other_shards_with(std::size_t page_size,
-                                                const PoolShard& shard) const {
-  const ShardTable& t = table();
-  for (std::size_t i = 0; i < t.shards.size(); ++i) {
-    if (t.shards[i] != &shard && page_size_at(t, i) == page_size) return true;
-  }
-  return false;
 }
 
 // =======================================================================================
@@ -183,22 +176,20 @@ void VirtualMemoryPool::Impl::map_pages(PoolShard& shard, VmRange& range, std::s
       }
       mapped_here.pop_back();
     }
-    rethrow_map_failure(range.page_size);
+    rethrow_map_failure();
   }
 }
 
-void VirtualMemoryPool::Impl::steal_to_move(PoolShard& requester, std::size_t page_size,
-                                            std::size_t want, Gathered& got) {
-  const ShardTable& t = table();
-  for (std::size_t i = 0; i < t.shards.size() && want > 0; ++i) {
-    PoolShard* other = t.shards[i];
-    if (other == &requester || page_size_at(t, i) != page_size) continue;
+void VirtualMemoryPool::Impl::steal_to_move(PoolShard& requester, std::size_t want, Gathered& got) {
+  for (PoolShard* other : shards()) {
+    if (want == 0) break;
+    if (other == &requester) continue;
     std::unique_lock lock(other->mutex, std::try_to_lock);
     if (!lock.owns_lock() || !events.idle(other->stream)) continue;
     // Held before a page is taken: pages in got.moving are put back under their lock,
     // also when stealing fails halfway.
     got.held.push_back(std::move(lock));
-    const std::size_t taken = steal_pages(*other, page_size, want, got.reused, &got.moving);
+    const std::size_t taken = steal_pages(*other, want, got.reused, &got.moving);
     if (taken == 0) got.held.pop_back();
     want -= taken;
   }
@@ -261,13 +252,13 @@ void VirtualMemoryPool::Impl::keep_in_place(Gathered& got) {
 
 // Called inside a catch block: an OutOfMemory goes on as it is (try_allocate reports it);
 // any other error is named.
-void VirtualMemoryPool::Impl::rethrow_map_failure(std::size_t page_size) const {
+void VirtualMemoryPool::Impl::rethrow_map_failure() const {
   try {
     throw;
   } catch (const OutOfMemory&) {
     throw;
   } catch (const Error& e) {
-    throw Error(name() + ": mapping a page of " + format_bytes(page_size) +
+    throw Error(name() + ": mapping a page of " + format_bytes(options.page_size) +
                 " failed (the request was rolled back): " + e.what());
   }
 }
@@ -309,7 +300,7 @@ void VirtualMemoryPool::Impl::recycle_block(PoolShard& shard, Block* block) {
     counters.failed_unmaps.fetch_add(1, std::memory_order_relaxed);
   }
   try {
-    give_back_reused(freed, range.page_size);
+    give_back_reused(freed);
   } catch (...) {
     // Only destroy_spare_chunks' destroys can fail here: those chunks stay spare.
     counters.failed_unmaps.fetch_add(1, std::memory_order_relaxed);
@@ -327,15 +318,16 @@ void VirtualMemoryPool::Impl::recycle_block(PoolShard& shard, Block* block) {
 // the next requests will land on. (Smallest blocks first, lowest pages first, moved 1.4-9.4 x
 // more pages on the traces of docs/virtual_memory_pool.md, "Which pages move".)
 // The caller holds shard.mutex.
-std::size_t VirtualMemoryPool::Impl::steal_pages(PoolShard& shard, std::size_t page_size,
-                                                 std::size_t want, std::vector<std::uint32_t>& out,
+std::size_t VirtualMemoryPool::Impl::steal_pages(PoolShard& shard, std::size_t want,
+                                                 std::vector<std::uint32_t>& out,
                                                  std::vector<Gathered::Moving>* defer) {
   if (want == 0) return 0;
+  const std::size_t page_size = options.page_size;
   shard.drain_quick_lists();
   std::size_t taken = 0;
   for (Block* b = shard.normal.largest(); b != nullptr && b->size >= page_size && taken < want;
        b = shard.normal.predecessor(b)) {
-    VmRange& range = range_of(b);  // every range of a shard has `page_size` pages
+    VmRange& range = range_of(b);
     const std::size_t first = range.end_page(b->addr);  // first page starting inside b
     // pages ending inside b (none mapped beyond the range's page table)
     const std::size_t end = range.mapped_scan_end(range.first_page(b->end()));
@@ -356,15 +348,13 @@ std::size_t VirtualMemoryPool::Impl::steal_pages(PoolShard& shard, std::size_t p
   return taken;
 }
 
-// Moves up to `want` free pages of other shards with the same page size into the spares.
+// Moves up to `want` free pages of other shards into the spares.
 // Without `wait` only idle streams give up pages; with it, pending frees are waited for and
 // every stream's pages may go (unmap waits for the stream's work).
-void VirtualMemoryPool::Impl::steal_from_other_shards(PoolShard& requester, std::size_t page_size,
-                                                      std::size_t want, bool wait) {
-  const ShardTable& t = table();
-  for (std::size_t i = 0; i < t.shards.size() && want > 0; ++i) {
-    PoolShard* other = t.shards[i];
-    if (page_size_at(t, i) != page_size) continue;
+void VirtualMemoryPool::Impl::steal_from_other_shards(PoolShard& requester, std::size_t want,
+                                                      bool wait) {
+  for (PoolShard* other : shards()) {
+    if (want == 0) break;
     std::vector<std::uint32_t> stolen;
     {
       std::lock_guard lock(other->mutex);
@@ -372,13 +362,13 @@ void VirtualMemoryPool::Impl::steal_from_other_shards(PoolShard& requester, std:
       if (other == &requester) continue;  // its own pages: taken under its lock later
       if (!wait && !events.idle(other->stream)) continue;
       try {
-        want -= steal_pages(*other, page_size, want, stolen);
+        want -= steal_pages(*other, want, stolen);
       } catch (...) {
-        give_back_reused(stolen, page_size);
+        give_back_reused(stolen);
         throw;
       }
     }
-    give_back_reused(stolen, page_size);
+    give_back_reused(stolen);
   }
 }
 

@@ -21,7 +21,6 @@ namespace sdalloc {
 using detail::Block;
 using detail::PoolShard;
 using detail::Segment;
-using vm_detail::StreamLive;
 using vm_detail::vm_shard;
 using vm_detail::VmRange;
 
@@ -33,12 +32,9 @@ void VirtualMemoryPoolOptions::validate(std::size_t granularity) const {
   auto fail = [](const std::string& what) {
     throw InvalidArgument("VirtualMemoryPoolOptions: " + what);
   };
-  for (auto [field, value] : {std::pair{"large_page_size", large_page_size},
-                              std::pair{"small_page_size", small_page_size}}) {
-    if (value != 0 && (value % granularity != 0 || !is_power_of_two(value))) {
-      fail(std::string(field) + " must be 0 or a power-of-two multiple of the granularity (" +
-           std::to_string(granularity) + "), got " + std::to_string(value));
-    }
+  if (page_size != 0 && (page_size % granularity != 0 || !is_power_of_two(page_size))) {
+    fail("page_size must be 0 or a power-of-two multiple of the granularity (" +
+         std::to_string(granularity) + "), got " + std::to_string(page_size));
   }
   if (!(growth_slack >= 0.0 && growth_slack <= 1.0)) {
     fail("growth_slack must be between 0 and 1, got " + std::to_string(growth_slack));
@@ -63,24 +59,17 @@ VirtualMemoryPool::Impl::Impl(VirtualMemory& vm, VirtualMemoryPoolOptions opts)
                           " is not a power of two");
   }
   options.validate(granularity);
-  if (options.large_page_size == 0) {
-    options.large_page_size = std::max(granularity, kDefaultPageSize);
-  }
-  if (options.small_page_size == 0) {
-    options.small_page_size = std::max(granularity, kDefaultPageSize);
-  }
-  options.range_size =
-      round_up(options.range_size, std::max(options.large_page_size, options.small_page_size));
+  if (options.page_size == 0) options.page_size = std::max(granularity, kDefaultPageSize);
+  options.range_size = round_up(options.range_size, options.page_size);
+  physical_cap.store(options.max_physical_bytes, std::memory_order_relaxed);
 }
 
 VirtualMemoryPool::Impl::~Impl() {
   release_all();
-  for (const auto* spares : {&small_spares, &large_spares}) {
-    for (std::uint32_t chunk : *spares) {
-      try {
-        memory.destroy(chunks[chunk]);
-      } catch (const Error&) {
-      }
+  for (std::uint32_t chunk : spares) {
+    try {
+      memory.destroy(chunks[chunk]);
+    } catch (const Error&) {  // NOLINT(bugprone-empty-catch): a destructor cannot report it
     }
   }
 }
@@ -89,22 +78,14 @@ std::string VirtualMemoryPool::Impl::name() const {
   return "VirtualMemoryPool(" + memory.name() + ")";
 }
 
-// One StreamLive per stream, shared by its shards (under the registry lock).
 std::unique_ptr<PoolShard> VirtualMemoryPool::Impl::make_shard(const ShardKey& key) {
-  StreamLive* live = nullptr;
-  for (const auto& candidate : stream_live) {
-    if (candidate->stream == key.stream) live = candidate.get();
-  }
-  if (live == nullptr) {
-    stream_live.push_back(std::make_unique<StreamLive>());
-    live = stream_live.back().get();
-    live->stream = key.stream;
-  }
-  return std::make_unique<VmShard>(key.stream, live, page_size_of(key.kind == kind_of(true)));
+  return std::make_unique<VmShard>(key.stream);
 }
 
+// The block is still live here (free_slow forgets it next): publish what is left.
 void VirtualMemoryPool::Impl::on_free(PoolShard& owner, const Block* block) {
-  vm_shard(owner).live->bytes.sub(block->requested);
+  vm_shard(owner).live.store(owner.figures.live_bytes - block->requested,
+                             std::memory_order_relaxed);
 }
 
 void VirtualMemoryPool::Impl::recycle(PoolShard& owner, Block* block,
@@ -156,14 +137,12 @@ std::string VirtualMemoryPool::Impl::oom_detail(const std::string& why) const {
 
 std::size_t VirtualMemoryPool::Impl::spare_bytes() const {
   std::lock_guard lock(chunk_mutex);
-  return small_spares.size() * options.small_page_size +
-         large_spares.size() * options.large_page_size;
+  return spares.size() * options.page_size;
 }
 
 PoolStats VirtualMemoryPool::Impl::stats() const {
   PoolStats s = shard_stats();
   s.streams = stream_count();
-  s.peak_live_bytes = peak_live();
   s.reserved_bytes = counters.physical.current();
   s.peak_reserved_bytes = counters.physical.peak();
   s.peak_allocated_bytes = std::min(s.peak_allocated_bytes, s.peak_reserved_bytes);
@@ -181,24 +160,14 @@ PoolStats VirtualMemoryPool::Impl::stats() const {
   return s;
 }
 
-// Exact with one stream; with several, the sum of the streams' peaks (an upper bound).
-std::size_t VirtualMemoryPool::Impl::peak_live() const {
-  std::lock_guard lock(registry_mutex());
-  std::size_t peak = 0;
-  for (const auto& live : stream_live) peak += live->bytes.peak();
-  return peak;
-}
-
 std::size_t VirtualMemoryPool::Impl::live_chunks() const {
   std::lock_guard lock(chunk_mutex);
   return chunks.size() - free_chunk_slots.size();
 }
 
-// Chunks are created one page at a time, so the peak count follows the peak bytes when
-// every class uses one page size; with two sizes it is bounded by peak bytes / smaller.
+// Chunks are created one page at a time: the peak count follows the peak bytes.
 std::size_t VirtualMemoryPool::Impl::peak_chunks() const {
-  const std::size_t smallest = std::min(options.small_page_size, options.large_page_size);
-  return counters.physical.peak() / smallest;
+  return counters.physical.peak() / options.page_size;
 }
 
 VirtualMemoryPoolStats VirtualMemoryPool::Impl::vm_stats() const {
@@ -208,11 +177,12 @@ VirtualMemoryPoolStats VirtualMemoryPool::Impl::vm_stats() const {
   s.physical_bytes = counters.physical.current();
   s.peak_physical_bytes = counters.physical.peak();
   s.spare_bytes = spare_bytes();
+  // Exact with one stream; with several, the sum of the streams' peaks (an upper bound).
   for (PoolShard* shard : shards()) {
     std::lock_guard lock(shard->mutex);
     s.live_bytes += shard->figures.live_bytes;
+    s.peak_live_bytes += shard->figures.peak_live_bytes;
   }
-  s.peak_live_bytes = peak_live();
   s.address_space_bytes = counters.address_space.current();
   s.ranges = counters.ranges.current();
   s.maps = counters.maps.load(std::memory_order_relaxed);
@@ -229,8 +199,6 @@ void VirtualMemoryPool::Impl::reset_peak() {
   reset_shard_peaks();
   counters.mapped.reset_peak();
   counters.physical.reset_peak();
-  std::lock_guard lock(registry_mutex());
-  for (const auto& live : stream_live) live->bytes.reset_peak();
 }
 
 // =======================================================================================
@@ -241,6 +209,50 @@ namespace {
   throw Error("VirtualMemoryPool invariant broken: " + what);
 }
 }  // namespace
+
+PoolLayout VirtualMemoryPool::Impl::layout() const {
+  const std::vector<PoolShard*>& all = shards();
+  const auto locks = lock_all(all);
+  PoolLayout layout;
+  for (const PoolShard* shard : all) {
+    for (const Segment* s = shard->segments; s != nullptr; s = s->next) {
+      const auto& range = *static_cast<const VmRange*>(s);
+      const Block* b = s->first;
+      for (std::size_t first = 0; first < range.pages.size();) {
+        if (!range.is_mapped(first)) {
+          ++first;
+          continue;
+        }
+        std::size_t end = first + 1;
+        while (range.is_mapped(end)) ++end;
+        SegmentLayout& segment = layout.segments.emplace_back();
+        segment.address = range.page_address(first);
+        segment.size = (end - first) * range.page_size;
+        segment.stream = shard->stream;
+        const std::uintptr_t run_end = segment.address + segment.size;
+        while (b != nullptr && b->end() <= segment.address) b = b->next;
+        // A block in use lies on mapped pages only, so only free blocks are cut; the last
+        // one may go on into the next run, so it stays current.
+        for (const Block* at = b; at != nullptr && at->addr < run_end; at = at->next) {
+          const std::uintptr_t from = std::max(at->addr, segment.address);
+          const std::uintptr_t to = std::min(at->end(), run_end);
+          BlockLayout block{from, to - from, 0, BlockState::kFree};
+          if (!at->free && !at->cached) {
+            block.requested = at->requested;
+            block.state =
+                shard->find_live(at->addr) == at ? BlockState::kLive : BlockState::kPendingFree;
+          }
+          segment.blocks.push_back(block);
+          if (at->end() <= run_end) b = at->next;
+        }
+        first = end;
+      }
+    }
+  }
+  std::sort(layout.segments.begin(), layout.segments.end(),
+            [](const SegmentLayout& a, const SegmentLayout& b) { return a.address < b.address; });
+  return layout;
+}
 
 void VirtualMemoryPool::Impl::check_invariants() const {
   const std::vector<PoolShard*>& all = shards();
@@ -278,11 +290,9 @@ void VirtualMemoryPool::Impl::check_invariants() const {
   if (mapped_bytes != counters.mapped.current()) broken("mapped bytes figure");
   std::size_t physical = 0;
   for (const PhysicalChunk& chunk : chunks) physical += chunk.bytes;
-  for (const auto* spares : {&small_spares, &large_spares}) {
-    for (std::uint32_t chunk : *spares) {
-      if (chunk >= chunks.size() || chunks[chunk].bytes == 0) broken("spare chunk missing");
-      if (chunk_mapped[chunk]++ != 0) broken("a spare chunk is also mapped");
-    }
+  for (std::uint32_t chunk : spares) {
+    if (chunk >= chunks.size() || chunks[chunk].bytes == 0) broken("spare chunk missing");
+    if (chunk_mapped[chunk]++ != 0) broken("a spare chunk is also mapped");
   }
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     if (chunks[i].bytes != 0 && chunk_mapped[i] == 0) broken("a chunk is neither mapped nor spare");
@@ -321,6 +331,12 @@ const VirtualMemoryPoolOptions& VirtualMemoryPool::options() const { return impl
 VirtualMemory& VirtualMemoryPool::memory() const { return impl_->memory; }
 
 std::size_t VirtualMemoryPool::capacity() const { return impl_->capacity(); }
+
+PoolLayout VirtualMemoryPool::layout() const { return impl_->layout(); }
+
+void VirtualMemoryPool::set_capacity(std::size_t max_physical_bytes) {
+  impl_->physical_cap.store(max_physical_bytes, std::memory_order_relaxed);
+}
 
 std::string VirtualMemoryPool::name() const { return impl_->name(); }
 

@@ -1,8 +1,8 @@
 // vm_pool_impl.hpp - VirtualMemoryPool::Impl: the stream-ordered core over reserved ranges
 // with physical pages mapped on demand (internal to src/policies/virtual_memory_pool/).
 //
-// Each (stream, class) has a shard (VmShard, a PoolShard) whose "segments" are reserved
-// address ranges (VmRange, a Segment with a page table). Blocks, best fit, quick lists and
+// Each stream has a shard (VmShard, a PoolShard) whose "segments" are reserved address
+// ranges (VmRange, a Segment with a page table). Blocks, best fit, quick lists and
 // the live table are the shard's; shards, cross-stream frees, checks and figures are the
 // core's (src/pool/stream_ordered_core.hpp). What virtual memory adds:
 //
@@ -71,19 +71,13 @@ inline VmRange& range_of(const detail::Block* block) {
   return *static_cast<VmRange*>(block->segment);
 }
 
-// Live bytes of one stream, shared by its two class shards: pool-wide peaks must be exact
-// (the bars compare peak mapped with peak live), and a stream's two shards have two locks.
-// Own cache line: threads on other streams never write it.
-struct alignas(64) StreamLive {
-  Stream stream;
-  detail::Gauge bytes;
-};
-
-// One (stream, class) shard: every range it holds has `page_size` pages.
+// One stream's shard. `live` mirrors figures.live_bytes for readers without the shard's
+// lock (the growth slack sums every stream's): written only under the lock, with a plain
+// store, so the hot path pays no atomic read-modify-write.
 struct VmShard final : detail::PoolShard {
-  VmShard(Stream s, StreamLive* l, std::size_t pages) : PoolShard(s), live(l), page_size(pages) {}
-  StreamLive* const live;
-  const std::size_t page_size;
+  explicit VmShard(Stream s) : PoolShard(s) {}
+  std::atomic<std::size_t> live{0};
+  void publish_live() { live.store(figures.live_bytes, std::memory_order_relaxed); }
 };
 
 inline VmShard& vm_shard(detail::PoolShard& shard) { return static_cast<VmShard&>(shard); }
@@ -150,14 +144,6 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
   void recycle(PoolShard& owner, Block* block, std::unique_lock<detail::SpinLock>& lock) override;
   void destroy_segment(PoolShard& shard, Segment* segment) noexcept override;
 
-  static std::uint32_t kind_of(bool small) { return small ? 1 : 0; }
-  std::size_t page_size_of(bool small) const {
-    return small ? options.small_page_size : options.large_page_size;
-  }
-  static std::size_t page_size_at(const ShardTable& t, std::size_t i) {
-    return static_cast<const VmShard*>(t.shards[i])->page_size;
-  }
-
   // --- allocate and free (fast_path.cpp) ----------------------------------------------
   static Fit fit_for(std::size_t bytes, std::size_t alignment) {
     // Address space is plentiful: no block is set aside for huge requests.
@@ -179,7 +165,7 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
     // map, the dearer way), so no more of them than needed.
     std::size_t short_pages = 0;
   };
-  void* allocate_slow(PoolShard& shard, bool small, const Fit& fit, std::size_t bytes);
+  void* allocate_slow(PoolShard& shard, const Fit& fit, std::size_t bytes);
   void* try_allocate(PoolShard& shard, const Fit& fit, std::size_t bytes, Level level,
                      Attempt& attempt);
   // Reserves a new range for `shard`, big enough for `fit`, and answers its one free block.
@@ -188,18 +174,16 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
   // --- pages (pages.cpp) --------------------------------------------------------------
   // Answers false with `attempt` saying why (final when no later level can help).
   bool back_pages(PoolShard& shard, Block* block, Level level, Attempt& attempt);
-  void gather(PoolShard& shard, std::size_t page_size, std::size_t missing,
-              std::size_t request_bytes, Level level, Gathered& got, std::string& failure);
+  void gather(PoolShard& shard, std::size_t missing, std::size_t request_bytes, Level level,
+              Gathered& got, std::string& failure);
   bool within_growth_slack(std::size_t bytes, std::size_t request_bytes);
-  bool other_shards_with(std::size_t page_size, const PoolShard& shard) const;
   void map_pages(PoolShard& shard, VmRange& range, std::size_t first, std::size_t end,
                  Gathered& got);
-  [[noreturn]] void rethrow_map_failure(std::size_t page_size) const;
+  [[noreturn]] void rethrow_map_failure() const;
   std::uint32_t unmap_page(VmRange& range, std::size_t page, Stream last_use);
   // `defer` (the requesting shard's own pages, where the memory can move): the pages stay
   // mapped and go to `defer` instead of being unmapped into `out`.
-  std::size_t steal_pages(PoolShard& shard, std::size_t page_size, std::size_t want,
-                          std::vector<std::uint32_t>& out,
+  std::size_t steal_pages(PoolShard& shard, std::size_t want, std::vector<std::uint32_t>& out,
                           std::vector<Gathered::Moving>* defer = nullptr);
   // Moves got.moving's pages from the front under the unmapped pages of [p, end), a run of
   // them per call, and answers the first page after them; the moved pages join `mapped_here`.
@@ -208,13 +192,12 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
   // The pages of got.moving that did not move are mapped where they are: the table says so
   // again.
   static void keep_in_place(Gathered& got);
-  void steal_from_other_shards(PoolShard& requester, std::size_t page_size, std::size_t want,
-                               bool wait);
-  // Where the memory can move: free pages of other idle shards with this page size into
+  void steal_from_other_shards(PoolShard& requester, std::size_t want, bool wait);
+  // Where the memory can move: free pages of other idle shards into
   // got.moving, each such shard locked without waiting (one busy now keeps its pages, and
   // two threads that each hold a shard never wait for each other) and held in got.held
   // (a thread of that shard spins meanwhile: the rest of the attempt, a few system calls).
-  void steal_to_move(PoolShard& requester, std::size_t page_size, std::size_t want, Gathered& got);
+  void steal_to_move(PoolShard& requester, std::size_t want, Gathered& got);
   // Returns a forgotten block to its shard's free space (caller holds the shard's lock);
   // with eager_unmap, unmaps the pages no allocation uses any more.
   void recycle_block(PoolShard& shard, Block* block);
@@ -224,12 +207,10 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
   // Sorts the chunks in hand so that take() answers them in increasing handle order, and
   // the pages to move by address.
   void order_for_mapping(Gathered& got) const;
-  std::vector<std::uint32_t>& spares_for(std::size_t page_size);
-  void take_spares(std::size_t page_size, std::size_t want, std::vector<std::uint32_t>& out);
-  void give_back_reused(std::vector<std::uint32_t>& reused, std::size_t page_size);
-  void give_back(Gathered& got, std::size_t page_size);
-  void create_chunks(std::size_t page_size, std::size_t want, std::vector<std::uint32_t>& out,
-                     std::string& failure);
+  void take_spares(std::size_t want, std::vector<std::uint32_t>& out);
+  void give_back_reused(std::vector<std::uint32_t>& reused);
+  void give_back(Gathered& got);
+  void create_chunks(std::size_t want, std::vector<std::uint32_t>& out, std::string& failure);
   bool commit(std::size_t bytes);
   void uncommit(std::size_t bytes) { committed.fetch_sub(bytes, std::memory_order_relaxed); }
   std::uint32_t add_chunk(PhysicalChunk chunk);
@@ -241,38 +222,38 @@ struct VirtualMemoryPool::Impl final : detail::StreamOrderedCore {
   std::string oom_detail(const std::string& why) const;
   std::size_t spare_bytes() const;
   PoolStats stats() const;
-  std::size_t peak_live() const;
   std::size_t live_chunks() const;
   std::size_t peak_chunks() const;
   VirtualMemoryPoolStats vm_stats() const;
   void reset_peak();
+  PoolLayout layout() const;
   void check_invariants() const;
+  std::size_t cap() const { return physical_cap.load(std::memory_order_relaxed); }
   std::size_t capacity() const {
-    return options.max_physical_bytes != 0 ? options.max_physical_bytes
-                                           : memory.physical_capacity();
+    const std::size_t own = cap();
+    return own != 0 ? own : memory.physical_capacity();
   }
   // Most physical bytes this pool could ever hold: the cap, or what the VirtualMemory can
   // ever have (0: unknown). A request needing more pages is refused at once.
   std::size_t physical_ceiling() const {
     const std::size_t vm = memory.physical_ceiling();
-    const std::size_t cap = options.max_physical_bytes;
-    if (cap == 0) return vm;
-    return vm == 0 ? cap : std::min(cap, vm);
+    const std::size_t own = cap();
+    if (own == 0) return vm;
+    return vm == 0 ? own : std::min(own, vm);
   }
 
   VirtualMemory& memory;
   VirtualMemoryPoolOptions options;
   mutable vm_detail::Counters counters;
 
-  std::atomic<std::size_t> committed{0};  // physical bytes created or being created
+  std::atomic<std::size_t> committed{0};     // physical bytes created or being created
+  std::atomic<std::size_t> physical_cap{0};  // options.max_physical_bytes, then set_capacity
   mutable std::mutex chunk_mutex;
   std::vector<PhysicalChunk> chunks;
   std::vector<std::uint32_t> free_chunk_slots;
-  std::vector<std::uint32_t> small_spares;
-  std::vector<std::uint32_t> large_spares;
+  std::vector<std::uint32_t> spares;
 
   // Under the core's registry_mutex():
-  std::vector<std::unique_ptr<vm_detail::StreamLive>> stream_live;
   std::size_t slow_path_peak_live = 0;  // see within_growth_slack
 };
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "sdalloc/policies/any_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
@@ -43,7 +44,7 @@ class PlannedArenaSharedArena : public ::testing::Test {
  protected:
   HostResource host;
   StatsResource upstream{host};
-  CachingPool pool{upstream};
+  PoolOf<CachingPool> pool{upstream};
 };
 
 TEST_F(PlannedArenaSharedArena, GrowReservesAnArenaThatHoldsThePlan) {
@@ -150,7 +151,7 @@ TEST_F(PlannedArenaSharedArena, EmptyArenaGoesBackBeforeItsReplacementIsReserved
 
 TEST_F(PlannedArenaSharedArena, RefusedGrowthIsCountedAndKeepsTheOldArena) {
   LimitResource card(upstream, 12 * kKiB);
-  CachingPool card_pool(card);
+  PoolOf<CachingPool> card_pool(card);
   SharedArena arenas(card, card_pool, HostStreamEvents::instance(), false);
   ASSERT_TRUE(arenas.grow_for(*two_buffers(4 * kKiB), kDefaultStream, true));
   EXPECT_FALSE(arenas.grow_for(*two_buffers(8 * kKiB), kDefaultStream, false));
@@ -164,7 +165,7 @@ TEST_F(PlannedArenaSharedArena, RefusedGrowthIsCountedAndKeepsTheOldArena) {
 
 TEST_F(PlannedArenaSharedArena, RefusedGrowthWithNoPlansLeftRetiresTheArena) {
   LimitResource card(upstream, 12 * kKiB);
-  CachingPool card_pool(card);
+  PoolOf<CachingPool> card_pool(card);
   SharedArena arenas(card, card_pool, HostStreamEvents::instance(), false);
   ASSERT_TRUE(arenas.grow_for(*two_buffers(4 * kKiB), kDefaultStream, true));
   EXPECT_FALSE(arenas.grow_for(*two_buffers(8 * kKiB), kDefaultStream, true));
@@ -174,7 +175,7 @@ TEST_F(PlannedArenaSharedArena, RefusedGrowthWithNoPlansLeftRetiresTheArena) {
 
 TEST_F(PlannedArenaSharedArena, RefusedReserveAgainIsCounted) {
   LimitResource card(upstream, 9 * kKiB);
-  CachingPool card_pool(card);
+  PoolOf<CachingPool> card_pool(card);
   SharedArena arenas(card, card_pool, HostStreamEvents::instance(), false);
   ASSERT_TRUE(arenas.grow_for(*two_buffers(4 * kKiB), kDefaultStream, true));
   ASSERT_EQ(arenas.trim(), segment(8 * kKiB));

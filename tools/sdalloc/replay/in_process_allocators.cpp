@@ -1,145 +1,116 @@
-// The in-process allocators of `sdalloc replay`: each owns its host memory, an optional
-// LimitResource for --capacity / --min-capacity, and a StatsResource that measures what the
-// allocator holds.
+// The in-process allocators of `sdalloc replay`: sdalloc's modes, each a pool built by
+// make_pool() (the one place pools are built) over a measured host backend
+// (measured_backend.hpp), which counts every byte the system hands out.
 #include <memory>
-#include <optional>
 #include <string>
+#include <utility>
 
+#include "replay/measured_backend.hpp"
 #include "replay/replay_target.hpp"
-#include "sdalloc/policies/caching_pool.hpp"
+#include "replay/torch_replay_targets.hpp"
+#include "sdalloc/config/make_pool.hpp"
 #include "sdalloc/policies/planned_arena.hpp"
 #include "sdalloc/policies/virtual_memory_pool.hpp"
-#include "sdalloc/resources/host_resource.hpp"
-#include "sdalloc/resources/host_virtual_memory.hpp"
-#include "sdalloc/resources/limit_resource.hpp"
-#include "sdalloc/resources/segments_only_resource.hpp"
-#include "sdalloc/resources/stats_resource.hpp"
-#include "sdalloc/resources/virtual_memory_resource.hpp"
 
 namespace sdalloc::replay {
 namespace {
 
-// Host memory, capped when settings.capacity is set, seen as a device's (whole segments
-// only: SegmentsOnlyResource) with settings.device_like, or as a device's virtual memory
-// (chunks mapped into ranges: VirtualMemoryResource over the memfd) with settings.device_vm,
-// counted by a StatsResource: the memory under every in-process target.
-class MeasuredHostMemory {
- public:
-  explicit MeasuredHostMemory(const TargetSettings& settings)
-      : host_(HostResourceOptions{.transparent_huge_pages = settings.huge_pages}) {
-    MemoryResource* under = &host_;
-    if (settings.device_vm) under = &vm_ranges_.emplace(vm_.emplace());
-    if (settings.capacity != 0) under = &limit_.emplace(*under, settings.capacity);
-    if (settings.device_like) under = &segments_only_.emplace(*under);
-    stats_ = std::make_unique<StatsResource>(*under);
-  }
-  MemoryResource& resource() { return *stats_; }
-  std::uint64_t current() const { return stats_->stats().current_bytes; }
-  std::uint64_t peak() const { return stats_->stats().peak_bytes; }
-
- private:
-  HostResource host_;
-  std::optional<HostVirtualMemory> vm_;
-  std::optional<VirtualMemoryResource> vm_ranges_;
-  std::optional<LimitResource> limit_;
-  std::optional<SegmentsOnlyResource> segments_only_;
-  std::unique_ptr<StatsResource> stats_;
-};
-
-CachingPoolOptions pool_options(const TargetSettings& settings) {
-  CachingPoolOptions options = settings.pool;
-  if (settings.pool_keep_cache) options.release_cached_before_growth = false;
-  if (settings.pool_no_consolidation) options.consolidate_when_empty = false;
-  return options;
-}
-
 class PoolTarget final : public ReplayTarget {
  public:
-  explicit PoolTarget(const TargetSettings& settings)
-      : memory_(settings), pool_(memory_.resource(), pool_options(settings)) {}
-  MemoryResource& resource() override { return pool_; }
-  std::uint64_t reserved_bytes() const override { return memory_.current(); }
-  std::uint64_t peak_reserved_bytes() const override { return memory_.peak(); }
+  PoolTarget(PoolMode mode, const TargetSettings& settings)
+      : held_(std::make_shared<HeldBytes>()), stack_(build(mode, settings, held_)) {}
+  MemoryResource& resource() override { return pool_resource_; }
+  void begin_pass() override {
+    if (PlannedArena* arena = stack_->pool->planned()) arena->begin_step();
+  }
+  void end_pass() override {
+    if (PlannedArena* arena = stack_->pool->planned()) arena->end_step();
+  }
+  std::uint64_t reserved_bytes() const override {
+    return held_->current.load(std::memory_order_relaxed);
+  }
+  std::uint64_t peak_reserved_bytes() const override {
+    return held_->peak.load(std::memory_order_relaxed);
+  }
   std::string counters() const override {
-    const PoolStats s = pool_.stats();
+    if (VirtualMemoryPool* vmm = stack_->pool->vmm()) {
+      const VirtualMemoryPoolStats s = vmm->vm_stats();
+      return "maps " + std::to_string(s.maps) + ", unmaps " + std::to_string(s.unmaps) +
+             ", moves " + std::to_string(s.moves) + ", pages moved " +
+             std::to_string(s.remapped_pages) + ", chunks " + std::to_string(s.creates);
+    }
+    if (PlannedArena* arena = stack_->pool->planned()) {
+      const PlannedArenaCounters c = arena->counters();
+      return "planned " + std::to_string(c.planned_allocations) + ", kept " +
+             std::to_string(c.kept_allocations) + ", recorded " +
+             std::to_string(c.recorded_allocations) + ", fallback " +
+             std::to_string(c.fallback_allocations) + ", divergent steps " +
+             std::to_string(c.divergent_steps);
+    }
+    const PoolStats s = stack_->pool->stats();
     std::string text = "segments +" + std::to_string(s.segment_allocations) + " -" +
                        std::to_string(s.segment_releases);
-    // A split makes one range two, each released on its own (spare pages).
-    if (s.segment_splits != 0) text += ", split " + std::to_string(s.segment_splits);
-    if (s.arena_growths != 0) text += ", arena grown " + std::to_string(s.arena_growths);
-    if (s.stitches != 0) text += ", stitched " + std::to_string(s.stitches);
     if (s.consolidations != 0) text += ", consolidated " + std::to_string(s.consolidations);
     return text;
   }
 
  private:
-  MeasuredHostMemory memory_;
-  CachingPool pool_;
+  static std::unique_ptr<PoolStack> build(PoolMode mode, const TargetSettings& settings,
+                                          const std::shared_ptr<HeldBytes>& held) {
+    PoolConf conf;
+    conf.mode = mode;
+    conf.capacity = settings.capacity;
+    conf.pool = settings.pool;
+    if (settings.pool_keep_cache) conf.pool.release_cached_before_growth = false;
+    if (settings.pool_no_consolidation) conf.pool.consolidate_when_empty = false;
+    return make_pool(conf, measured_host_backend({.huge_pages = settings.huge_pages,
+                                                  .device_like = settings.device_like,
+                                                  .virtual_memory_moves = !settings.vmm_no_moves},
+                                                 held));
+  }
+
+  // The AnyPool as the MemoryResource the replay allocates from.
+  class AsResource final : public MemoryResource {
+   public:
+    explicit AsResource(AnyPool& pool) : pool_(pool) {}
+    std::string name() const override { return pool_.name(); }
+
+   private:
+    void* do_allocate(std::size_t bytes, Stream stream) override {
+      return pool_.allocate(bytes, kPoolRounding, stream);
+    }
+    void do_deallocate(void* ptr, std::size_t bytes, Stream stream) override {
+      pool_.deallocate(ptr, bytes, stream);
+    }
+    AnyPool& pool_;
+  };
+
+  std::shared_ptr<HeldBytes> held_;
+  std::unique_ptr<PoolStack> stack_;
+  AsResource pool_resource_{*stack_->pool};
 };
 
-class PlannedTarget final : public ReplayTarget {
- public:
-  explicit PlannedTarget(const TargetSettings& settings)
-      : memory_(settings), arena_(memory_.resource(), planned_options(settings)) {}
-  MemoryResource& resource() override { return arena_; }
-  void begin_pass() override { arena_.begin_step(); }
-  void end_pass() override { arena_.end_step(); }
-  std::uint64_t reserved_bytes() const override { return memory_.current(); }
-  std::uint64_t peak_reserved_bytes() const override { return memory_.peak(); }
-  std::string counters() const override {
-    const PlannedArenaCounters c = arena_.counters();
-    return "planned " + std::to_string(c.planned_allocations) + ", kept " +
-           std::to_string(c.kept_allocations) + ", recorded " +
-           std::to_string(c.recorded_allocations) + ", fallback " +
-           std::to_string(c.fallback_allocations) + ", divergent steps " +
-           std::to_string(c.divergent_steps);
-  }
-
- private:
-  static PlannedArenaOptions planned_options(const TargetSettings& settings) {
-    PlannedArenaOptions options;
-    options.fallback = pool_options(settings);
-    options.prefault_host_arena = true;  // the arena is host memory, used whole every pass
-    return options;
-  }
-  MeasuredHostMemory memory_;
-  PlannedArena arena_;
-};
-
-// VirtualMemoryPool over HostVirtualMemory (memfd chunks mapped into reserved ranges). What
-// it holds is its physical chunks, mapped or spare; --capacity caps them.
-class VirtualMemoryTarget final : public ReplayTarget {
- public:
-  explicit VirtualMemoryTarget(const TargetSettings& settings)
-      : memory_(HostVirtualMemoryOptions{.move_mappings = !settings.vmm_no_moves}),
-        pool_(memory_, VirtualMemoryPoolOptions{.max_physical_bytes = settings.capacity}) {}
-  MemoryResource& resource() override { return pool_; }
-  std::uint64_t reserved_bytes() const override { return pool_.vm_stats().physical_bytes; }
-  std::uint64_t peak_reserved_bytes() const override {
-    return pool_.vm_stats().peak_physical_bytes;
-  }
-  std::string counters() const override {
-    const VirtualMemoryPoolStats s = pool_.vm_stats();
-    return "maps " + std::to_string(s.maps) + ", unmaps " + std::to_string(s.unmaps) + ", moves " +
-           std::to_string(s.moves) + ", pages moved " + std::to_string(s.remapped_pages) +
-           ", chunks " + std::to_string(s.creates);
-  }
-
- private:
-  HostVirtualMemory memory_;
-  VirtualMemoryPool pool_;
-};
+InProcessAllocator mode_allocator(PoolMode mode, std::string description) {
+  return {to_string(mode), std::move(description),
+          [mode](const TargetSettings& s) { return std::make_unique<PoolTarget>(mode, s); }};
+}
 
 }  // namespace
 
 const std::vector<InProcessAllocator>& in_process_allocators() {
   static const std::vector<InProcessAllocator> allocators = {
-      {"pool", "sdalloc CachingPool over host memory",
-       [](const TargetSettings& s) { return std::make_unique<PoolTarget>(s); }},
-      {"planned", "sdalloc PlannedArena: pass 1 recorded, later passes served from a plan",
-       [](const TargetSettings& s) { return std::make_unique<PlannedTarget>(s); }},
-      {"vmm", "sdalloc VirtualMemoryPool: memfd pages mapped on demand, free pages moved",
-       [](const TargetSettings& s) { return std::make_unique<VirtualMemoryTarget>(s); }},
+      mode_allocator(PoolMode::kVmm,
+                     "sdalloc VirtualMemoryPool (the default where memory is virtual): pages "
+                     "mapped on demand, free pages moved under requests"),
+      mode_allocator(PoolMode::kPool,
+                     "sdalloc CachingPool: the segment cache, for memory in whole segments"),
+      mode_allocator(PoolMode::kPlanned,
+                     "sdalloc PlannedArena: pass 1 recorded, later passes served from a plan"),
+      {"torch-native", "PyTorch's CUDA caching allocator (a model) over host memory",
+       make_torch_native_target},
+      {"torch-expandable",
+       "PyTorch's caching allocator (a model), expandable_segments:True, memfd pages",
+       make_torch_expandable_target},
   };
   return allocators;
 }

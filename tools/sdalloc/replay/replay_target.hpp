@@ -59,7 +59,7 @@ struct InProcessAllocator {
   std::function<std::unique_ptr<ReplayTarget>(const TargetSettings&)> make;
 };
 
-// pool, planned, vmm, in table order.
+// vmm, pool, planned (sdalloc's modes), torch-native, torch-expandable, in table order.
 const std::vector<InProcessAllocator>& in_process_allocators();
 
 }  // namespace sdalloc::replay
