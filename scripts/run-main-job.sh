@@ -47,6 +47,7 @@ fi
 # The default: two replays of the same trace (progress on stderr), one table from their JSON.
 work=$(mktemp -d "${TMPDIR:-/tmp}/sdalloc-main-job.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# shellcheck disable=SC2054  # the allocators are one comma-separated argument
 kept=(--touch --passes 3 --allocator pool,planned,vmm,tcmalloc)
 given_back=(--touch --passes 1 --allocator glibc)
 echo "run-main-job: sdalloc's modes and tcmalloc, 3 passes: sdalloc replay ${kept[*]}"
