@@ -359,7 +359,8 @@ from ._preload import preload_path  # noqa: E402 (kept at the end: Pool's edits 
 __all__ += ["preload_path"]
 
 try:
-    from ._version import __version__  # noqa: E402
+    from . import _version  # noqa: E402
+    __version__ = _version.__version__
 except ImportError:
     def __getattr__(name):
         if name == "__version__":
