@@ -89,6 +89,11 @@ endif()
 if(TARGET sdalloc_torch)
   install(TARGETS sdalloc_torch LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
 endif()
+# The CPU drop-in (LD_PRELOAD), beside them: sdalloc.preload_path() finds it there.
+install(TARGETS sdalloc_preload LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/sdalloc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/sdalloc/python COMPONENT python
   FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+
+# The package's _version.py and the Python wheel's component (pyproject.toml).
+include(${PROJECT_SOURCE_DIR}/cmake/PythonPackage.cmake)

@@ -15,6 +15,8 @@ packages=(
   clang-tidy clang-format                    # lint and format stages of scripts/test-all.sh
   clang libclang-rt-14-dev                   # the fuzz stage (libFuzzer, preset "fuzz")
   python3 python3-pytest python3-torch       # Python tests (through /usr/bin/python3)
+  python3-build python3-setuptools          # the Python wheel (pyproject.toml), built and
+  python3-wheel python3-venv python3-pip     #   installed offline by check-wheel.sh
   libopenblas0-openmp                        # torch's BLAS: without it libblas.so.3 is the
                                              #   reference BLAS (SD UNet forward 132 s, not ~10)
   chromium                                   # renders `sdalloc replay --report` in a test

@@ -2,7 +2,9 @@
 # scripts/test-all.sh - the project's whole test run, the one command CI and the README use.
 #
 # Stages, in order, stopping at the first failure with the stage's name:
-#   format    scripts/format.sh --check: every C/C++ file matches .clang-format (seconds)
+#   format    scripts/format.sh --check: every C/C++ file matches .clang-format, and
+#             scripts/check-commit-subjects.sh: every commit subject since the rule is at most
+#             72 characters (seconds)
 #   release   configure (CMakePresets.json "release"), build, ctest
 #   tidy      clang-tidy over the library's and tools' sources (src/, tools/) with the release
 #             build's compile_commands.json
@@ -10,6 +12,9 @@
 #   install   tests/install/check-install.sh: install the release build to a fresh prefix and
 #             build and run a CMake consumer and a C consumer (pkg-config) against it
 #   python    pytest over tests/python with /usr/bin/python3
+#   wheel     tests/install/check-wheel.sh: the Python wheel built from the release tree
+#             (nothing rebuilt), pip-installed offline into fresh venvs, used with no
+#             SDALLOC_* variable: a pool, the `sdalloc` program, torch under the drop-in
 #   asan      configure, build, ctest with AddressSanitizer + UndefinedBehaviorSanitizer
 #             (leaks checked)
 #   tsan      the same with ThreadSanitizer
@@ -145,6 +150,7 @@ run_install_check() {
 echo "test-all: presets '$presets', build root $build_root, $jobs compile jobs"
 begin format
 "$root/scripts/format.sh" --check
+"$root/scripts/check-commit-subjects.sh"
 end
 for preset in $presets; do
   begin "$preset"
@@ -163,6 +169,9 @@ for preset in $presets; do
     end
     begin python
     run_python_tests
+    end
+    begin wheel
+    "$root/tests/install/check-wheel.sh" "$build_root/wheel-check" "$build_root/release"
     end
   fi
 done

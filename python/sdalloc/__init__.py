@@ -363,3 +363,21 @@ def record(path, pool=None):
     everything the pool serves from now on; use as a context manager or call .stop().
     With several shim pools (devices), one file per device: <path>.<device>."""
     return Recording(path, _pools(pool))
+
+
+# --------------------------------------------------------------------------- packaging
+# The drop-in's path for LD_PRELOAD, and the version. __version__ comes from CMake's
+# project(VERSION): the build writes _version.py beside the libraries (the wheel, `cmake
+# --install`); in the source tree (python/ on the path) the loaded library says it.
+from ._preload import preload_path  # noqa: E402 (kept at the end: Pool's edits stay apart)
+
+__all__ += ["preload_path"]
+
+try:
+    from . import _version  # noqa: E402
+    __version__ = _version.__version__
+except ImportError:
+    def __getattr__(name):
+        if name == "__version__":
+            return version()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,6 +4,8 @@ Two libraries carry the C API of include/sdalloc/sdalloc.h:
   libsdalloc.so        the host library: pools over host memory;
   libsdalloc_torch.so  the PyTorch shim (include/sdalloc/torch_shim.h), self-contained: it
                        carries its own copy of the C API, bound to its own per-device pools.
+Two more files are found the same way, never loaded here: libsdalloc_preload.so (the malloc
+drop-in, for LD_PRELOAD: sdalloc.preload_path()) and the `sdalloc` program (sdalloc._cli).
 A pool handle must be used with the functions of the library that made it, so every Pool
 object keeps its Library.
 
@@ -11,8 +13,8 @@ Where the libraries are looked for, in order:
   1. SDALLOC_LIBRARY_DIR: directories separated by os.pathsep (a build tree's src/ works:
      the shim is then looked for in its torch_shim/ subdirectory). When it is set, nothing
      else is searched, so a test or a user gets exactly the build they named.
-  2. Next to this package (a wheel-style layout) and, for an installed tree
-     (<prefix>/lib/sdalloc/python/sdalloc), <prefix>/lib.
+  2. Next to this package (the wheel's layout: the program in its bin/) and, for an installed
+     tree (<prefix>/lib/sdalloc/python/sdalloc), <prefix>/lib (the program in <prefix>/bin).
   3. The source tree's build directories (<repo>/build*/.../src), newest first.
 """
 
@@ -24,6 +26,8 @@ from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_int
 
 HOST_LIBRARY = "libsdalloc.so"
 TORCH_LIBRARY = "libsdalloc_torch.so"
+PRELOAD_LIBRARY = "libsdalloc_preload.so"
+PROGRAM = "sdalloc"
 
 SUCCESS = 0
 STATUS_NAMES = {0: "SUCCESS", 1: "OUT_OF_MEMORY", 2: "INVALID_ARGUMENT", 3: "INVALID_POINTER",
@@ -40,6 +44,10 @@ class SdallocError(RuntimeError):
 
 class LibraryNotFound(ImportError):
     """sdalloc's shared library is not where the package looked (the message lists where)."""
+
+
+class ProgramNotFound(FileNotFoundError):
+    """The `sdalloc` program is not where the package looked (the message lists where)."""
 
 
 # --------------------------------------------------------------------------- structs
@@ -186,6 +194,8 @@ def _candidates(directory, name):
     yield os.path.join(directory, name)
     if name == TORCH_LIBRARY:
         yield os.path.join(directory, "torch_shim", name)
+    elif name == PRELOAD_LIBRARY:
+        yield os.path.join(directory, "preload", name)
     else:
         # A runtime-only install has libsdalloc.so.<major> without the development link.
         yield from sorted(glob.glob(os.path.join(directory, name + ".[0-9]*")), key=len)
@@ -216,6 +226,37 @@ def find(name):
         f"sdalloc: {name} not found in {where}: {', '.join(dirs) or '(empty)'}. Build sdalloc "
         f"(cmake --build <dir>) and set SDALLOC_LIBRARY_DIR to the directory holding {name} "
         f"(a build tree's src/ directory).")
+
+
+_ELF_MAGIC = b"\x7fELF"
+
+
+def _is_native_program(path):
+    # In a venv, <prefix>/bin/sdalloc is the console script that runs this search: only the
+    # compiled program qualifies, so the script can never exec itself.
+    try:
+        with open(path, "rb") as file:
+            return file.read(4) == _ELF_MAGIC and os.access(path, os.X_OK)
+    except OSError:
+        return False
+
+
+def find_program():
+    """The path of the `sdalloc` program: in each directory of search_path(), its bin/ (the
+    wheel), ../bin (an installed tree's libdir) or ../tools (a build tree's src/). Raises
+    ProgramNotFound listing where it looked."""
+    dirs = search_path()
+    places = []
+    for directory in dirs:
+        for sub in ("bin", os.path.join(os.pardir, "bin"), os.path.join(os.pardir, "tools")):
+            path = os.path.normpath(os.path.join(directory, sub, PROGRAM))
+            places.append(path)
+            if _is_native_program(path):
+                return path
+    raise ProgramNotFound(
+        f"sdalloc: the sdalloc program was not found; looked at {', '.join(places) or '(none)'}. "
+        f"Install the sdalloc wheel, or build sdalloc (target sdalloc_cli) and set "
+        f"SDALLOC_LIBRARY_DIR to the build tree's src/ directory.")
 
 
 _loaded = {}

@@ -4,11 +4,13 @@ When the process runs with LD_PRELOAD=libsdalloc_preload.so, its functions
 (include/sdalloc/preload.h) are in the global symbol table: ctypes.CDLL(None) finds them, and
 nothing else is loaded. sdalloc.step() marks one step for mode:planned (the first mark
 switches the drop-in's automatic step detection off); sdalloc.preloaded() says whether the
-drop-in is there and on.
+drop-in is there and on; sdalloc.preload_path() says which file to preload.
 """
 
 import contextlib
 import ctypes
+
+from . import _native
 
 _lib = None
 
@@ -26,6 +28,14 @@ def _functions():
             lib = False  # not preloaded
         _lib = lib
     return _lib or None
+
+
+def preload_path():
+    """The path of libsdalloc_preload.so, for LD_PRELOAD: the one installed with this package
+    (found as the other libraries are, sdalloc._native). Raises sdalloc.LibraryNotFound,
+    saying where it looked, when there is none. From a shell:
+    LD_PRELOAD=$(python3 -c 'import sdalloc; print(sdalloc.preload_path())') python3 app.py"""
+    return _native.find(_native.PRELOAD_LIBRARY)
 
 
 def preloaded():

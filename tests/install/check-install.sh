@@ -8,7 +8,8 @@
 #   2. tests/install/consumer.c with gcc -std=c11 -pedantic -Werror and the flags of
 #      `pkg-config --cflags --libs sdalloc` (the C API through the shared library);
 #   3. the installed Python package (<libdir>/sdalloc/python) with /usr/bin/python3, which
-#      must find the installed libsdalloc.so and libsdalloc_torch.so on its own.
+#      must find the installed libsdalloc.so, libsdalloc_torch.so and libsdalloc_preload.so
+#      on its own, with CMake's version in sdalloc.__version__.
 # Any failing step stops the script with a message naming it.
 set -euo pipefail
 
@@ -36,7 +37,8 @@ config_file=$(find "$prefix" -path '*/cmake/sdalloc/sdallocConfig.cmake' | head 
 [[ -n $config_file ]] || { echo "check-install: no sdallocConfig.cmake under $prefix" >&2; exit 1; }
 libdir=$(dirname "$(dirname "$pc_file")")
 for f in "$libdir/libsdalloc.so" "$libdir/libsdalloc.a" "$libdir/libsdalloc_torch.so" \
-         "$libdir/sdalloc/python/sdalloc/__init__.py" \
+         "$libdir/libsdalloc_preload.so" "$libdir/sdalloc/python/sdalloc/__init__.py" \
+         "$libdir/sdalloc/python/sdalloc/_version.py" \
          "$prefix/include/sdalloc/sdalloc.hpp" "$prefix/include/sdalloc/sdalloc.h" \
          "$prefix/include/sdalloc/version.hpp" \
          "$(dirname "$config_file")/sdallocConfigVersion.cmake" \
@@ -102,7 +104,15 @@ pool.free(p)
 st.configure(backend="host")
 assert st.pool(0).library.startswith(sys.argv[1]), st.pool(0).library
 assert pool.library.startswith(sys.argv[1]), pool.library
+assert sdalloc.preload_path() == sys.argv[1] + "libsdalloc_preload.so", sdalloc.preload_path()
+assert sdalloc.__version__ == sdalloc.version(), (sdalloc.__version__, sdalloc.version())
 ' "$libdir/"
+
+step="python -m sdalloc --version runs the installed program (<prefix>/bin/sdalloc)"
+echo "check-install: $step"
+(cd "$work" && env -u SDALLOC_LIBRARY_DIR PYTHONPATH="$libdir/sdalloc/python" \
+  /usr/bin/python3 -m sdalloc --version | grep -qx "$(sed -nE \
+    's/^#define SDALLOC_VERSION_STRING "(.*)"/\1/p' "$prefix/include/sdalloc/version.hpp")")
 
 step="done"
 echo "check-install: OK: installed sdalloc works from CMake (shared, static), from C (pkg-config)" \
