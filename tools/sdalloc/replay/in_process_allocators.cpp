@@ -53,6 +53,14 @@ class PoolTarget final : public ReplayTarget {
     if (s.consolidations != 0) text += ", consolidated " + std::to_string(s.consolidations);
     return text;
   }
+  std::uint64_t memory_calls() const override {
+    if (VirtualMemoryPool* vmm = stack_->pool->vmm()) {
+      const VirtualMemoryPoolStats s = vmm->vm_stats();
+      return s.maps + s.unmaps + s.moves;
+    }
+    const PoolStats s = stack_->pool->stats();
+    return s.segment_allocations + s.segment_releases;
+  }
 
  private:
   static std::unique_ptr<PoolStack> build(PoolMode mode, const TargetSettings& settings,

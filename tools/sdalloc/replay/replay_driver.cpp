@@ -50,6 +50,7 @@ class TraceFileForChildren {
 
 struct InProcessRun {
   std::vector<double> seconds;
+  std::vector<std::uint64_t> memory_calls;  // per pass
   std::uint64_t peak_reserved = 0;
   std::string counters;
 };
@@ -73,6 +74,7 @@ InProcessRun replay_in_process(const InProcessAllocator& allocator, const Prepar
   using Clock = std::chrono::steady_clock;
   for (int pass = 0; pass < passes; ++pass) {
     // The pass boundaries are part of the pass's time: PlannedArena plans in end_step().
+    const std::uint64_t calls_before = target->memory_calls();
     const Clock::time_point begin = Clock::now();
     target->begin_pass();
     const std::chrono::duration<double> begin_seconds = Clock::now() - begin;
@@ -88,6 +90,7 @@ InProcessRun replay_in_process(const InProcessAllocator& allocator, const Prepar
     target->end_pass();
     const std::chrono::duration<double> end_seconds = Clock::now() - end;
     run.seconds.push_back(begin_seconds.count() + seconds + end_seconds.count());
+    run.memory_calls.push_back(target->memory_calls() - calls_before);
   }
   run.peak_reserved = target->peak_reserved_bytes();
   run.counters = target->counters();
@@ -119,6 +122,7 @@ AllocatorResult run_in_process(const InProcessAllocator& allocator, const Prepar
         replay_in_process(allocator, trace, options.passes, options.touch, settings,
                           &result.samples, progress ? &*progress : nullptr);
     result.pass_seconds = run.seconds;
+    result.pass_memory_calls = run.memory_calls;
     result.peak_reserved = run.peak_reserved;
     result.counters = run.counters;
   } catch (const OutOfMemory& error) {

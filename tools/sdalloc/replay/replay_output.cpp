@@ -84,6 +84,7 @@ nlohmann::json to_json(const ReplayRun& run) {
     e["ratio"] = r.ran ? nlohmann::json(r.ratio) : nlohmann::json(nullptr);
     e["ns_per_op"] = r.ran ? nlohmann::json(r.ns_per_op) : nlohmann::json(nullptr);
     e["pass_seconds"] = r.pass_seconds;
+    e["pass_memory_calls"] = r.pass_memory_calls;
     e["min_capacity"] = r.min_capacity ? nlohmann::json(*r.min_capacity) : nlohmann::json(nullptr);
     e["counters"] = r.counters;
     results.push_back(std::move(e));

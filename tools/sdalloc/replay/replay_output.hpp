@@ -9,6 +9,7 @@
 //   {"trace": S, "events": N, "allocations": N, "passes": N, "touch": bool, "peak_live": B,
 //    "results": [{"allocator": S, "description": S, "ran": bool, "problem": S or null,
 //                 "peak_reserved": B, "ratio": R, "ns_per_op": T, "pass_seconds": [..],
+//                 "pass_memory_calls": [..] (in-process allocators; else []),
 //                 "min_capacity": B or null, "counters": S}, ...]}
 // An allocator that did not run has null peak_reserved, ratio and ns_per_op.
 #pragma once

@@ -31,10 +31,13 @@ struct AllocatorResult {
   // child process that crashed. Not set for an allocator that is not installed or not
   // measured (sanitizer build), nor for out of memory. `sdalloc replay` then exits with 4.
   bool failed = false;
-  std::uint64_t peak_reserved = 0;            // most bytes held at once over all passes
-  double ratio = 0;                           // peak_reserved / the trace's peak live bytes
-  double ns_per_op = 0;                       // median over passes of (pass time / events)
-  std::vector<double> pass_seconds;           // wall-clock time of each pass
+  std::uint64_t peak_reserved = 0;   // most bytes held at once over all passes
+  double ratio = 0;                  // peak_reserved / the trace's peak live bytes
+  double ns_per_op = 0;              // median over passes of (pass time / events)
+  std::vector<double> pass_seconds;  // wall-clock time of each pass
+  // sdalloc's and the PyTorch models' calls to the memory under them in each pass
+  // (ReplayTarget::memory_calls); empty for the system allocators.
+  std::vector<std::uint64_t> pass_memory_calls;
   std::optional<std::uint64_t> min_capacity;  // --min-capacity: least capacity without OOM
   std::string counters;                       // free text for the table, e.g. "syscalls 12, maps 3"
   std::vector<Sample> samples;                // in event order, a few hundred per pass

@@ -28,13 +28,10 @@ struct TargetSettings {
   bool pool_no_consolidation = false;  // CachingPool: keep a churning stream's segments
   bool vmm_no_moves = false;           // VirtualMemoryPool: unmap and map the pages it
                                        // moves (HostVirtualMemory without move_mappings)
-  bool device_like = false;            // pool, planned: memory that cannot be coalesced,
-                                       // grown or split, as cudaMalloc's (--device-like)
-  bool device_vm = false;              // pool, planned: ranges of chunks mapped into
-                                       // reservations, as over CUDA's virtual memory
-                                       // (VirtualMemoryResource; --device-vm)
+  bool device_like = false;            // vmm: 2 MiB pages that cannot move, as CUDA's
+                                       // (--device-like)
   CachingPoolOptions pool;             // pool and planned's fallback (--pool-conf); the two
-                                       // flags above override its growth settings
+                                       // pool_ flags above override its growth settings
 };
 
 class ReplayTarget {
@@ -51,6 +48,9 @@ class ReplayTarget {
   virtual std::uint64_t peak_reserved_bytes() const = 0;  // most held at once so far
   // One short line for the table: the allocator's own counts (segments, map operations...).
   virtual std::string counters() const = 0;
+  // Calls to the memory under the allocator so far: segments taken and released, pages
+  // mapped, unmapped or moved. A repeated pass that makes none has settled.
+  virtual std::uint64_t memory_calls() const = 0;
 };
 
 struct InProcessAllocator {

@@ -37,6 +37,10 @@ class TorchNativeTarget final : public ReplayTarget {
     return "segments +" + std::to_string(c.segment_allocations) + " -" +
            std::to_string(c.segment_releases) + release_text(c);
   }
+  std::uint64_t memory_calls() const override {
+    const TorchCachingCounters c = model_->counters();
+    return c.segment_allocations + c.segment_releases;
+  }
 
  private:
   HostResource host_;
@@ -64,6 +68,10 @@ class TorchExpandableTarget final : public ReplayTarget {
            " pages), unmaps " + std::to_string(c.segment_releases) + " (" +
            std::to_string(c.pages_unmapped) + " pages), ranges " + std::to_string(c.ranges) +
            release_text(c);
+  }
+  std::uint64_t memory_calls() const override {
+    const TorchCachingCounters c = model_.counters();
+    return c.segment_allocations + c.segment_releases;
   }
 
  private:
