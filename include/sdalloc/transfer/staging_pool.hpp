@@ -4,8 +4,8 @@
 // the HostCopyBackend's HostResource without one) and caches freed blocks for reuse by a
 // request of the same size. Unlike PyTorch's pinned-memory allocator it never rounds a
 // request up to a power of two: a block is the request rounded up to kMinAlignment (256 B),
-// so the pool holds the bytes asked for (where the power-of-two policy holds up to 2x). Pinning is slow (cudaHostAlloc is a system call that
-// locks pages), hence the cache.
+// so the pool holds the bytes asked for (where the power-of-two policy holds up to 2x).
+// Pinning is slow (cudaHostAlloc is a system call that locks pages), hence the cache.
 //
 // Invariants: held_bytes() (live + cached, what the upstream gave) never exceeds budget().
 // A request that would cross it first releases cached blocks to the upstream; if the live

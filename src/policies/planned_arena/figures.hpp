@@ -8,8 +8,8 @@
 // reset_peak() on; totals only grow. Current figures are exact sums. The byte and
 // allocation peaks are what the sources held at once, not the sum of their own peaks (which
 // can be twice as much): the reserved peak is measured under the three sources (a
-// StatsResource between them and the upstream), as is the peak count of ranges held (peak_segments), and the live peaks by
-// LiveGauge at PlannedArena's own allocate and free.
+// StatsResource between them and the upstream), as is the peak count of ranges held
+// (peak_segments), and the live peaks by LiveGauge at PlannedArena's own allocate and free.
 #pragma once
 
 #include <atomic>
