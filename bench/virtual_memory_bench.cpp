@@ -1,5 +1,5 @@
 // virtual_memory_bench.cpp - what map operations and page faults cost, for
-// VirtualMemoryPool's policy (docs/virtual_memory_pool.md quotes these figures).
+// VirtualMemoryPool's policy (docs/notebook/virtual_memory_pool.md quotes these figures).
 //
 //   BM_Vm_MapUnmap/<page>          map + unmap of one memfd chunk, pages not touched: the
 //                                  system-call cost of moving a page.

@@ -5,7 +5,7 @@
 #
 # A process that serves its weights from the pool (the PyTorch shim on a GPU, the CPU
 # drop-in, an ONNX Runtime session's initializers) never empties its stream, so the pool
-# must consolidate at the floor the weights make (docs/caching_pool.md, "Consolidation
+# must consolidate at the floor the weights make (docs/notebook/caching_pool.md, "Consolidation
 # around weights"). The traces of data/traces/ hold activations only; this script puts each
 # under weights (`scripts/trace_tools.py weights`: BYTES of weights, default SD 1.5's fp32
 # UNet, 3438083856 B, and half that for the traces recorded in fp16 on a GPU, gpu_*; the

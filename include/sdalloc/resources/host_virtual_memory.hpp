@@ -18,11 +18,11 @@
 //    mmap(PROT_NONE, MAP_FIXED) over the old place (DONTUNMAP leaves it mapped, without
 //    pages, so it is never a hole). Chunks whose extents follow each other move in one
 //    call. An unmap and a populating map cost about 18 us per 64 KiB page on the build VM;
-//    a move 9 us alone and under 1 us per page in runs of 16 (docs/virtual_memory_pool.md).
-//    Needs Linux 5.13 (DONTUNMAP on shared mappings): can_move() is false before, found by
-//    trying it once at construction. A run the system refuses undoes the runs moved before
-//    it; should moving one of those back be refused too (no memory left for any kernel
-//    mapping), the Error says so and the tables show where each chunk is.
+//    a move 9 us alone and under 1 us per page in runs of 16
+//    (docs/notebook/virtual_memory_pool.md). Needs Linux 5.13 (DONTUNMAP on shared mappings):
+//    can_move() is false before, found by trying it once at construction. A run the system refuses
+//    undoes the runs moved before it; should moving one of those back be refused too (no memory
+//    left for any kernel mapping), the Error says so and the tables show where each chunk is.
 //
 // Kernel mappings: Linux allows a process vm.max_map_count (65,530 by default) mappings,
 // and every map() that the kernel cannot merge with a neighbour costs one. The kernel
@@ -64,7 +64,7 @@ struct HostVirtualMemoryOptions {
   std::size_t physical_limit = 0;
   // Pre-fault the pages of a chunk when it is mapped (MAP_POPULATE). Costs one system call's
   // worth of work per chunk instead of one fault per 4 KiB page on first touch, but also
-  // allocates pages the caller never touches. See docs/virtual_memory_pool.md for costs.
+  // allocates pages the caller never touches. See docs/notebook/virtual_memory_pool.md for costs.
   // A chunk mapped again after an unmap (a page moved) is populated whatever this says:
   // its pages exist already, so that costs no memory.
   bool populate = false;
