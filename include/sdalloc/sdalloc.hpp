@@ -1,7 +1,9 @@
 // sdalloc/sdalloc.hpp - the whole C++ API in one include.
 #pragma once
 
+#include "sdalloc/config/make_pool.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/core/memory_backend.hpp"
 #include "sdalloc/core/pool_stats.hpp"
 #include "sdalloc/core/resource.hpp"
 #include "sdalloc/core/stream.hpp"
@@ -9,10 +11,12 @@
 #include "sdalloc/core/tensor.hpp"
 #include "sdalloc/core/virtual_memory.hpp"
 #include "sdalloc/planner/planner.hpp"
+#include "sdalloc/policies/any_pool.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/policies/planned_arena.hpp"
 #include "sdalloc/policies/virtual_memory_pool.hpp"
 #include "sdalloc/resources/capacity_cap.hpp"
+#include "sdalloc/resources/host_backend.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/host_virtual_memory.hpp"
 #include "sdalloc/resources/limit_resource.hpp"

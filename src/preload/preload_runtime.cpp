@@ -337,7 +337,7 @@ std::string Runtime::report_json() const {
   const auto field = [](const char* key, std::uint64_t value) {
     return std::string("\"").append(key).append("\": ").append(std::to_string(value));
   };
-  std::string text = "{\"mode\": \"" + to_string(stack_->mode) + "\", ";
+  std::string text = R"({"mode": ")" + to_string(stack_->mode) + R"(", )";
   text += field("threshold_bytes", config_.threshold) + ", ";
   text += field("peak_live_bytes", s.peak_live_bytes) + ", ";
   text += field("peak_reserved_bytes", s.peak_reserved_bytes) + ", ";

@@ -16,7 +16,7 @@ MiB = 1 << 20
 
 @pytest.fixture
 def pool(libraries):  # pylint: disable=unused-argument
-    """The segment cache: the one host pool with a segment layout."""
+    """The segment cache: a layout of whole segments the tests can predict."""
     p = sdalloc.Pool(mode="pool")
     yield p
     p.close()
