@@ -125,10 +125,12 @@ inline std::vector<UnitWork> unit_work(const std::vector<UnitRow>& rows, double 
 
 // Runs one step: for each unit in order, offloader->enter (when given) and its kernels,
 // each checking (samples words; 0: all) the bytes it reads - the unit's device image, or
-// `images[unit]` without an offloader. Counts mismatches in `bad`.
-inline void run_step(SimulatedDevice& device, UnitOffloader* offloader,
-                     const std::vector<UnitWork>& work, const std::vector<std::byte*>& images,
-                     std::size_t samples, std::atomic<std::uint64_t>& bad) {
+// `images[unit]` without an offloader. Counts mismatches in `bad`. Answers the step's
+// time on the device's clock, up to the compute queue's end.
+inline double run_step(SimulatedDevice& device, UnitOffloader* offloader,
+                       const std::vector<UnitWork>& work, const std::vector<std::byte*>& images,
+                       std::size_t samples, std::atomic<std::uint64_t>& bad) {
+  const double start = device.host_seconds();
   if (offloader != nullptr) offloader->begin_step(device.compute_stream());
   for (std::size_t u = 0; u < work.size(); ++u) {
     if (offloader != nullptr) offloader->enter(u);
@@ -144,6 +146,7 @@ inline void run_step(SimulatedDevice& device, UnitOffloader* offloader,
   }
   if (offloader != nullptr) offloader->end_step();
   device.synchronize(DeviceQueue::kCompute);
+  return device.host_seconds() - start;
 }
 
 }  // namespace sdalloc::bench

@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <array>
@@ -16,19 +17,14 @@ namespace sdalloc {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-const Clock::time_point& epoch() {
-  static const Clock::time_point start = Clock::now();
-  return start;
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double seconds_now() { return std::chrono::duration<double>(Clock::now() - epoch()).count(); }
-
-void sleep_to(double t) {
-  const auto when =
-      epoch() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t));
-  std::this_thread::sleep_until(when);
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 const char* queue_name(DeviceQueue q) { return q == DeviceQueue::kCompute ? "compute" : "copy"; }
@@ -84,8 +80,8 @@ struct SimulatedDevice::EventState {
 };
 
 struct SimulatedDevice::Op {
-  enum class Kind : std::uint8_t { kKernel, kCopy, kRecord, kWait } kind = Kind::kKernel;
-  double queued = 0;   // host time of the call: no op starts before it
+  enum class Kind : std::uint8_t { kKernel, kCopy, kRecord, kWait, kHold } kind = Kind::kKernel;
+  double queued = 0;   // the calling host's clock: no op starts before it
   double seconds = 0;  // a kernel's device time
   std::function<void()> body;
   void* dst = nullptr;
@@ -110,7 +106,6 @@ SimulatedDevice::SimulatedDevice(SimulatedDeviceOptions options)
       options_.seconds_per_call < 0) {
     throw InvalidArgument("SimulatedDevice: a negative speed or cost");
   }
-  (void)epoch();
   compute_ = std::make_unique<Queue>();
   compute_->which = DeviceQueue::kCompute;
   copy_ = std::make_unique<Queue>();
@@ -132,14 +127,31 @@ SimulatedDevice::~SimulatedDevice() {
 
 std::string SimulatedDevice::name() const { return "simulated"; }
 MemoryResource& SimulatedDevice::device_memory() { return *memory_; }
-double SimulatedDevice::now() const { return seconds_now(); }
-
-void SimulatedDevice::pay(double seconds) {
-  // Per thread: each host thread is paced on its own.
-  thread_local double deadline = 0;
-  deadline = std::max(deadline, seconds_now()) + seconds;
-  while (seconds_now() < deadline) {
+double SimulatedDevice::pay(double cost) {
+  const double cpu = thread_cpu_seconds();
+  const auto [it, first] = hosts_.try_emplace(std::this_thread::get_id());
+  HostClock& h = it->second;
+  if (first) {
+    // A new host thread starts where the device and the other threads are.
+    h.now = std::max(compute_->clock, copy_->clock);
+    for (const auto& [id, other] : hosts_) h.now = std::max(h.now, other.now);
+    h.cpu_mark = cpu;
   }
+  h.now += (cpu - h.cpu_mark) + cost;
+  h.cpu_mark = cpu;
+  return h.now;
+}
+
+void SimulatedDevice::done() {
+  const auto it = hosts_.find(std::this_thread::get_id());
+  if (it != hosts_.end()) it->second.cpu_mark = thread_cpu_seconds();
+}
+
+double SimulatedDevice::host_seconds() {
+  const std::lock_guard lock(mutex_);
+  const double now = pay(0);
+  done();
+  return now;
 }
 
 void SimulatedDevice::note(const std::string& call) {
@@ -148,7 +160,6 @@ void SimulatedDevice::note(const std::string& call) {
 }
 
 void SimulatedDevice::push(Queue& queue, Op op) {
-  op.queued = now();
   queue.ops.push_back(std::move(op));
   ++queue.pushed;
   changed_.notify_all();
@@ -170,6 +181,12 @@ void SimulatedDevice::run(Queue& queue) {
         queue.clock = start;
         break;
       }
+      case Op::Kind::kHold: {
+        changed_.wait(lock, [&] { return holds_[op.event] >= 0; });
+        start = std::max(start, holds_[op.event]);
+        queue.clock = start;
+        break;
+      }
       case Op::Kind::kRecord: {
         EventState& e = events_[op.event];
         e.completed = std::max(e.completed, op.gen);
@@ -179,24 +196,20 @@ void SimulatedDevice::run(Queue& queue) {
       }
       case Op::Kind::kKernel: {
         lock.unlock();
-        sleep_to(start);
         if (op.body) op.body();
-        const double end = start + op.seconds;
-        sleep_to(end);
         lock.lock();
         counters_.compute_busy_seconds += op.seconds;
-        queue.clock = end;
+        queue.clock = start + op.seconds;
         break;
       }
       case Op::Kind::kCopy: {
         lock.unlock();
-        sleep_to(start);
-        const double began = now();
+        const double began = wall_seconds();
         std::memcpy(op.dst, op.src, op.bytes);
         const double speed = options_.copy_bytes_per_second;
-        const double lasts = options_.seconds_per_copy +
-                             (speed > 0 ? static_cast<double>(op.bytes) / speed : now() - began);
-        sleep_to(start + lasts);
+        const double lasts =
+            options_.seconds_per_copy +
+            (speed > 0 ? static_cast<double>(op.bytes) / speed : wall_seconds() - began);
         lock.lock();
         counters_.copy_busy_seconds += lasts;
         queue.clock = start + lasts;
@@ -216,46 +229,49 @@ StreamDevice::Event SimulatedDevice::create_event(bool timing) {
 }
 
 void SimulatedDevice::record(Event event, DeviceQueue queue) {
-  pay(options_.seconds_per_call);
   const std::lock_guard lock(mutex_);
+  const double at = pay(options_.seconds_per_call);
   if (event >= events_.size()) throw InvalidArgument("SimulatedDevice: no such event");
   EventState& e = events_[event];
   const std::uint64_t gen = ++e.recorded;
   note("record e" + std::to_string(event) + " " + queue_name(queue));
   if (queue == DeviceQueue::kCompute && options_.host_compute) {
     e.completed = gen;
-    e.at[gen % EventState::kKept] = now();
+    e.at[gen % EventState::kKept] = at;
     changed_.notify_all();
+    done();
     return;
   }
   Op op;
   op.kind = Op::Kind::kRecord;
+  op.queued = at;
   op.event = event;
   op.gen = gen;
   push(queue == DeviceQueue::kCompute ? *compute_ : *copy_, std::move(op));
+  done();
 }
 
 void SimulatedDevice::wait(DeviceQueue queue, Event event) {
-  pay(options_.seconds_per_call);
   std::unique_lock lock(mutex_);
+  const double at = pay(options_.seconds_per_call);
   if (event >= events_.size()) throw InvalidArgument("SimulatedDevice: no such event");
   EventState& e = events_[event];
   note(std::string("wait ") + queue_name(queue) + " e" + std::to_string(event));
   const std::uint64_t gen = e.recorded;
-  if (gen == 0) return;  // never recorded: nothing to wait for
-  if (queue == DeviceQueue::kCompute && options_.host_compute) {
+  if (gen != 0 && queue == DeviceQueue::kCompute && options_.host_compute) {
     ++counters_.host_waits;
     changed_.wait(lock, [&] { return e.completed >= gen; });
-    const double at = e.time_of(gen);
-    lock.unlock();
-    sleep_to(at);
-    return;
+    HostClock& h = hosts_[std::this_thread::get_id()];
+    h.now = std::max(h.now, e.time_of(gen));
+  } else if (gen != 0) {  // never recorded: nothing to wait for
+    Op op;
+    op.kind = Op::Kind::kWait;
+    op.queued = at;
+    op.event = event;
+    op.gen = gen;
+    push(queue == DeviceQueue::kCompute ? *compute_ : *copy_, std::move(op));
   }
-  Op op;
-  op.kind = Op::Kind::kWait;
-  op.event = event;
-  op.gen = gen;
-  push(queue == DeviceQueue::kCompute ? *compute_ : *copy_, std::move(op));
+  done();
 }
 
 bool SimulatedDevice::locked(const void* ptr, std::size_t bytes) const {
@@ -267,8 +283,8 @@ bool SimulatedDevice::locked(const void* ptr, std::size_t bytes) const {
 }
 
 void SimulatedDevice::copy_to_device(void* dst, const void* src, std::size_t bytes) {
-  pay(options_.seconds_per_call);
   std::unique_lock lock(mutex_);
+  const double at = pay(options_.seconds_per_call);
   char text[96];
   std::snprintf(text, sizeof text, "copy %p <- %p %zu", dst, src, bytes);
   note(text);
@@ -277,6 +293,7 @@ void SimulatedDevice::copy_to_device(void* dst, const void* src, std::size_t byt
   const bool pageable = !locked(src, bytes);
   Op op;
   op.kind = Op::Kind::kCopy;
+  op.queued = at;
   op.dst = dst;
   op.src = src;
   op.bytes = bytes;
@@ -286,35 +303,70 @@ void SimulatedDevice::copy_to_device(void* dst, const void* src, std::size_t byt
     ++counters_.pageable_copies;
     const std::uint64_t target = copy_->pushed;
     changed_.wait(lock, [&] { return copy_->done >= target; });
+    HostClock& h = hosts_[std::this_thread::get_id()];
+    h.now = std::max(h.now, copy_->clock);
   }
+  done();
 }
 
 void SimulatedDevice::synchronize(DeviceQueue queue) {
-  pay(options_.seconds_per_call);
   std::unique_lock lock(mutex_);
+  (void)pay(options_.seconds_per_call);
   ++counters_.host_waits;
   note(std::string("synchronize ") + queue_name(queue));
-  if (queue == DeviceQueue::kCompute && options_.host_compute) return;
-  Queue& q = queue == DeviceQueue::kCompute ? *compute_ : *copy_;
-  const std::uint64_t target = q.pushed;
-  changed_.wait(lock, [&] { return q.done >= target; });
-  const double at = q.clock;
-  lock.unlock();
-  sleep_to(at);
+  if (!(queue == DeviceQueue::kCompute && options_.host_compute)) {
+    Queue& q = queue == DeviceQueue::kCompute ? *compute_ : *copy_;
+    const std::uint64_t target = q.pushed;
+    changed_.wait(lock, [&] { return q.done >= target; });
+    HostClock& h = hosts_[std::this_thread::get_id()];
+    h.now = std::max(h.now, q.clock);
+  }
+  done();
 }
 
 void SimulatedDevice::wait_host(Event event) {
-  pay(options_.seconds_per_call);
   std::unique_lock lock(mutex_);
+  (void)pay(options_.seconds_per_call);
   if (event >= events_.size()) throw InvalidArgument("SimulatedDevice: no such event");
   ++counters_.host_waits;
   note("wait_host e" + std::to_string(event));
   EventState& e = events_[event];
   const std::uint64_t gen = e.recorded;
   changed_.wait(lock, [&] { return e.completed >= gen; });
-  const double at = gen == 0 ? 0 : e.time_of(gen);
-  lock.unlock();
-  sleep_to(at);
+  if (gen != 0) {
+    HostClock& h = hosts_[std::this_thread::get_id()];
+    h.now = std::max(h.now, e.time_of(gen));
+  }
+  done();
+}
+
+StreamDevice::Hold SimulatedDevice::hold(DeviceQueue queue) {
+  const std::lock_guard lock(mutex_);
+  const double at = pay(options_.seconds_per_call);
+  note(std::string("hold ") + queue_name(queue));
+  holds_.push_back(-1);
+  const Hold id = holds_.size() - 1;
+  if (queue == DeviceQueue::kCompute && options_.host_compute) {
+    holds_[id] = at;  // the host is the compute queue: nothing to hold
+  } else {
+    Op op;
+    op.kind = Op::Kind::kHold;
+    op.queued = at;
+    op.event = id;
+    push(queue == DeviceQueue::kCompute ? *compute_ : *copy_, std::move(op));
+  }
+  done();
+  return id;
+}
+
+void SimulatedDevice::open(Hold hold) {
+  const std::lock_guard lock(mutex_);
+  const double at = pay(options_.seconds_per_call);
+  if (hold >= holds_.size()) throw InvalidArgument("SimulatedDevice: no such hold");
+  note("open");
+  if (holds_[hold] < 0) holds_[hold] = at;
+  changed_.notify_all();
+  done();
 }
 
 double SimulatedDevice::elapsed_seconds(Event from, Event to) {
@@ -380,21 +432,26 @@ void SimulatedDevice::free_pinned(void* ptr, std::size_t bytes) {
 
 void SimulatedDevice::launch(double host_seconds, double device_seconds,
                              std::function<void()> body) {
-  pay(host_seconds);
   std::unique_lock lock(mutex_);
+  const double at = pay(host_seconds);
   ++counters_.kernels;
   note("launch");
   if (options_.host_compute) {
     lock.unlock();
     if (body) body();
-    sleep_to(now() + device_seconds);
+    lock.lock();
+    counters_.compute_busy_seconds += device_seconds;
+    hosts_[std::this_thread::get_id()].now = at + device_seconds;
+    done();  // the body's own time is the kernel's, modelled by device_seconds
     return;
   }
   Op op;
   op.kind = Op::Kind::kKernel;
+  op.queued = at;
   op.seconds = device_seconds;
   op.body = std::move(body);
   push(*compute_, std::move(op));
+  done();
 }
 
 SimulatedDeviceCounters SimulatedDevice::counters() const {

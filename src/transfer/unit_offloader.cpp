@@ -2,7 +2,6 @@
 #include "sdalloc/transfer/unit_offloader.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <string>
@@ -12,10 +11,6 @@
 namespace sdalloc {
 
 namespace {
-
-double host_clock() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::size_t align256(std::size_t n) { return (n + 255) / 256 * 256; }
 
@@ -109,6 +104,7 @@ StreamDevice::Event UnitOffloader::timing_event(std::size_t index) {
 }
 
 void UnitOffloader::sync_all() {
+  release_hold();
   if (stager_) stager_->drain();
   device_.synchronize(DeviceQueue::kCompute);
   device_.synchronize(DeviceQueue::kCopy);
@@ -182,10 +178,11 @@ void UnitOffloader::enter(std::size_t unit) {
 }
 
 void UnitOffloader::enter_recording(std::size_t unit) {
-  const double now = host_clock();
+  const double now = device_.host_seconds();
   const std::size_t i = order_.size();
   if (i > 0) {
     device_.record(timing_event(4 * (i - 1) + 3), DeviceQueue::kCompute);
+    release_hold();  // the last unit's kernels run now, back to back
     use_host_.push_back(now - host_started_.back());
   }
   order_.push_back(unit);
@@ -195,8 +192,16 @@ void UnitOffloader::enter_recording(std::size_t unit) {
   device_.record(timing_event(4 * i + 1), DeviceQueue::kCopy);
   device_.synchronize(DeviceQueue::kCopy);
   stats_.host_waits += 2;
+  hold_ = device_.hold(DeviceQueue::kCompute);
+  holding_ = true;
   device_.record(timing_event(4 * i + 2), DeviceQueue::kCompute);
-  host_started_.push_back(host_clock());
+  host_started_.push_back(device_.host_seconds());
+}
+
+void UnitOffloader::release_hold() {
+  if (!holding_) return;
+  holding_ = false;
+  device_.open(hold_);
 }
 
 void UnitOffloader::enter_planned(std::size_t unit) {
@@ -308,7 +313,8 @@ void UnitOffloader::end_step_diverged() {
 void UnitOffloader::finish_recording() {
   const std::size_t uses = order_.size();
   device_.record(timing_event(4 * (uses - 1) + 3), DeviceQueue::kCompute);
-  use_host_.push_back(host_clock() - host_started_.back());
+  release_hold();
+  use_host_.push_back(device_.host_seconds() - host_started_.back());
   sync_all();
   std::vector<double> compute(bytes_.size(), 0), host(bytes_.size(), 0);
   std::vector<std::size_t> count(bytes_.size(), 0);

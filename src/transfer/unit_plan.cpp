@@ -236,13 +236,23 @@ UnitPlan plan_units(const UnitPlanInput& in) {
     return finish(std::move(plan));
   }
 
-  // Candidates for the streamed units: the least compute per byte stays first.
+  // Orders in which the budget left is filled with resident units: the least compute per
+  // byte first (the streamed ones hide their copies under their own compute), the most
+  // first, the first used first (a resident prefix), the last used first.
   std::vector<std::size_t> by_cost(n_units);
   std::iota(by_cost.begin(), by_cost.end(), std::size_t{0});
   std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t a, std::size_t b) {
     return in.compute_seconds[a] * static_cast<double>(in.bytes[b]) <
            in.compute_seconds[b] * static_cast<double>(in.bytes[a]);
   });
+  std::vector<std::size_t> by_use;
+  std::vector<bool> seen(n_units, false);
+  for (const std::size_t u : in.order) {
+    if (!seen[u]) by_use.push_back(u);
+    seen[u] = true;
+  }
+  const std::vector<std::vector<std::size_t>> fills = {
+      by_cost, {by_cost.rbegin(), by_cost.rend()}, by_use, {by_use.rbegin(), by_use.rend()}};
   std::vector<std::size_t> bounds;
   for (std::size_t u = 0; u < n_units; ++u) {
     if (!kept(u)) bounds.push_back(align_up(in.bytes[u], in.alignment));
@@ -266,24 +276,26 @@ UnitPlan plan_units(const UnitPlanInput& in) {
     }
     if (forced_bytes + bound > in.budget) continue;
     for (const std::size_t ring : ring_sizes(bound, in.budget - forced_bytes, in.alignment)) {
-      std::vector<bool> resident = forced;
-      std::size_t room = in.budget - forced_bytes - ring;
-      for (const std::size_t u : by_cost) {
-        const std::size_t size = align_up(in.bytes[u], in.alignment);
-        if (resident[u] || size > room) continue;
-        resident[u] = true;
-        room -= size;
-      }
-      UnitPlan plan = lay_out(in, resident, ring);
-      plan.predicted_step_seconds = simulate_unit_plan(in, plan);
-      ++candidates;
-      const bool better =
-          !found || plan.predicted_step_seconds < best.predicted_step_seconds * (1 - 1e-9) ||
-          (plan.predicted_step_seconds <= best.predicted_step_seconds * (1 + 1e-9) &&
-           plan.streamed_bytes < best.streamed_bytes);
-      if (better) {
-        best = std::move(plan);
-        found = true;
+      for (const std::vector<std::size_t>& fill : fills) {
+        std::vector<bool> resident = forced;
+        std::size_t room = in.budget - forced_bytes - ring;
+        for (const std::size_t u : fill) {
+          const std::size_t size = align_up(in.bytes[u], in.alignment);
+          if (resident[u] || size > room) continue;
+          resident[u] = true;
+          room -= size;
+        }
+        UnitPlan plan = lay_out(in, resident, ring);
+        plan.predicted_step_seconds = simulate_unit_plan(in, plan);
+        ++candidates;
+        const bool better =
+            !found || plan.predicted_step_seconds < best.predicted_step_seconds * (1 - 1e-9) ||
+            (plan.predicted_step_seconds <= best.predicted_step_seconds * (1 + 1e-9) &&
+             plan.streamed_bytes < best.streamed_bytes);
+        if (better) {
+          best = std::move(plan);
+          found = true;
+        }
       }
     }
   }

@@ -4,19 +4,23 @@
 // What it models, and why (the figures an offload on a GPU depends on):
 //  - The host pays for every call: launch(host_seconds, ...) costs the host its
 //    host_seconds (a kernel launch, the framework's dispatch around it), every other call
-//    (record, wait, copy) costs seconds_per_call. The host is paced by spinning to a
-//    deadline that advances by each cost, so real work between calls (Python hooks) adds
-//    to the step, as it would on a GPU, and no sleep's overshoot is counted.
+//    (record, wait, copy, synchronize) costs seconds_per_call; real work between calls
+//    (Python hooks, the offloader's own code) costs what it takes: the calling thread's
+//    CPU time. A host that waits (synchronize, wait_host, a pageable copy) moves on when
+//    the device has done what it waits for.
 //  - The compute queue runs kernels one after another for their device seconds; a kernel
-//    ends no earlier than it was launched. Where kernels are shorter than their launches
-//    (launch-bound) the queue idles waiting for the host, and catches up after a wait.
+//    starts no earlier than its launch was paid. Where kernels are shorter than their
+//    launches (launch-bound) the queue idles waiting for the host, and catches up after a
+//    wait.
 //  - One copy engine runs the copy calls in order, each taking seconds_per_copy + bytes /
-//    copy_bytes_per_second (0: memcpy speed), after any event its queue waits for. The copy
-//    really happens (memcpy), so what a kernel reads is what the offloader put there.
-//  - Time is kept per queue on a virtual clock (each op ends at its start + its duration,
-//    its start the later of the queue's previous end and what it waits for) and each worker
-//    sleeps to its op's end: a late wake-up delays the work but not the clock, so errors do
-//    not add up over a step; what the host measures is real time.
+//    copy_bytes_per_second (0: the memcpy's own time), after any event it waits for. The
+//    copy really happens, so what a kernel reads is what the offloader put there.
+//  - Time is simulated, not slept: each host thread and each queue keeps a clock (an op
+//    starts at the latest of its queue's clock, its call's host time and the events it
+//    waits for), while the work itself (copies, kernel bodies) runs on the queues' threads
+//    as soon as what it depends on has run. So a step's time (host_seconds() before and
+//    after it) is the same on an idle or a loaded machine, and other processes' load
+//    never counts; what the host's own code costs does.
 //  - register_host is mlock (the operating system's page-locking, with its RLIMIT_MEMLOCK
 //    and cgroup limits); a copy from memory not locked is counted (pageable_copies) and
 //    blocks the host until done, as cudaMemcpyAsync from pageable memory does.
@@ -26,10 +30,10 @@
 // body at once, a wait on the compute queue blocks the host until the event is done - the
 // mode in which host code (torch on the CPU) computes on "device" memory.
 //
-// A kernel's `body` runs on the compute queue's thread when the kernel starts, so a check
-// there (the weights it reads are the right ones) sees exactly what a kernel would.
-// log_calls(true) keeps every call's description (op, queue, event, addresses, bytes), to
-// compare two steps (a captured graph needs them equal).
+// A kernel's `body` runs on the compute queue's thread when the kernel runs (after every
+// wait queued before it), so a check there (the weights it reads are the right ones) sees
+// what a kernel would. log_calls(true) keeps every call's description (op, queue, event,
+// addresses, bytes), to compare two steps (a captured graph needs them equal).
 #pragma once
 
 #include <condition_variable>
@@ -86,6 +90,8 @@ class SimulatedDevice final : public StreamDevice {
   void synchronize(DeviceQueue queue) override;
   void wait_host(Event event) override;
   double elapsed_seconds(Event from, Event to) override;
+  Hold hold(DeviceQueue queue) override;
+  void open(Hold hold) override;
 
   void register_host(void* ptr, std::size_t bytes) override;
   void unregister_host(void* ptr, std::size_t bytes) override;
@@ -95,6 +101,9 @@ class SimulatedDevice final : public StreamDevice {
   // A kernel of `device_seconds` on the compute queue, after costing the host host_seconds.
   void launch(double host_seconds, double device_seconds, std::function<void()> body = {});
   SimulatedDeviceCounters counters() const;
+  // The calling thread's clock, in simulated seconds (its CPU time since its last call
+  // counted first).
+  double host_seconds() override;
   void log_calls(bool on);
   std::vector<std::string> take_log();
   const SimulatedDeviceOptions& options() const { return options_; }
@@ -103,11 +112,17 @@ class SimulatedDevice final : public StreamDevice {
   struct Op;
   struct Queue;
   struct EventState;
+  struct HostClock {
+    double now = 0;       // simulated seconds
+    double cpu_mark = 0;  // the thread's CPU time at the end of its last call
+  };
   class Memory;
-  void pay(double seconds);  // the host's cost of a call
+  // The calling thread's clock after its CPU time since its last call and `cost` (mutex_
+  // held); done() marks the end of a call (its own CPU time is the modelled cost).
+  double pay(double cost);
+  void done();
   void push(Queue& queue, Op op);
   void run(Queue& queue);
-  double now() const;
   bool locked(const void* ptr, std::size_t bytes) const;  // mutex_ held
   void note(const std::string& call);                     // mutex_ held
 
@@ -118,9 +133,10 @@ class SimulatedDevice final : public StreamDevice {
   std::unique_ptr<Queue> compute_;
   std::unique_ptr<Queue> copy_;
   std::vector<EventState> events_;
+  std::vector<double> holds_;                     // when each hold was opened; < 0 while closed
   std::map<std::uintptr_t, std::size_t> locked_;  // mlock'ed ranges: start -> bytes
   SimulatedDeviceCounters counters_;
-  double host_deadline_ = 0;
+  std::map<std::thread::id, HostClock> hosts_;
   bool logging_ = false;
   std::vector<std::string> log_;
   bool stopping_ = false;

@@ -24,6 +24,10 @@
 //    the pages (RLIMIT_MEMLOCK, a cgroup's limit, no memory); nothing is locked then.
 //  - Events are made once (create_event) and live as long as the device.
 //  - elapsed_seconds(a, b): between the latest records of two timing events, both done.
+//  - hold(q) stops q at this point until open() (CUDA: a host function on the stream that
+//    waits for the flag, for at most hold_timeout seconds, so a unit that waits for its own
+//    kernels cannot deadlock). The recorded step holds the compute queue while the host
+//    launches a unit, so that events then time the device alone.
 //  - Thread-safe: any thread may call anything.
 #pragma once
 
@@ -47,6 +51,8 @@ enum class DeviceQueue : std::uint8_t { kCompute, kCopy };
 class StreamDevice {
  public:
   using Event = std::size_t;
+  using Hold = std::size_t;
+  static constexpr double kHoldTimeoutSeconds = 0.2;
 
   StreamDevice() = default;
   StreamDevice(const StreamDevice&) = delete;
@@ -67,6 +73,11 @@ class StreamDevice {
   virtual void synchronize(DeviceQueue queue) = 0;
   virtual void wait_host(Event event) = 0;
   virtual double elapsed_seconds(Event from, Event to) = 0;
+  virtual Hold hold(DeviceQueue queue) = 0;
+  virtual void open(Hold hold) = 0;
+  // The calling thread's clock, in seconds, on the device's time base (a steady clock; the
+  // simulated device's simulated time).
+  virtual double host_seconds() = 0;
 
   virtual void register_host(void* ptr, std::size_t bytes) = 0;
   virtual void unregister_host(void* ptr, std::size_t bytes) = 0;
