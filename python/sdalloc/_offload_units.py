@@ -142,7 +142,12 @@ def unet_unit_table(sd_unet, cfg=None, latent=64, batch=2, dtype_bytes=2,
     pays per kernel)."""
     import torch  # pylint: disable=import-outside-toplevel
     cfg = cfg or sd_unet.FULL
-    model = sd_unet.UNet(cfg, device="meta").eval()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype({2: torch.float16, 4: torch.float32}[dtype_bytes])
+    try:  # parameters of the dtype's size: units are cut by bytes
+        model = sd_unet.UNet(cfg, device="meta").eval()
+    finally:
+        torch.set_default_dtype(default)
     units = partition(model, unit_bytes, resident_below)
     unit_of = {}
     for index, unit in enumerate(units):
@@ -175,8 +180,10 @@ def unet_unit_table(sd_unet, cfg=None, latent=64, batch=2, dtype_bytes=2,
     for unit in units:
         if unit.module is not None:
             hooks.append(unit.module.register_forward_pre_hook(enter_hook))
-    x = torch.empty(batch, cfg.latent_channels, latent, latent, device="meta")
-    context = torch.empty(batch, cfg.context_tokens, cfg.context_dim, device="meta")
+    dtype = next(model.parameters()).dtype
+    x = torch.empty(batch, cfg.latent_channels, latent, latent, device="meta", dtype=dtype)
+    context = torch.empty(batch, cfg.context_tokens, cfg.context_dim, device="meta",
+                          dtype=dtype)
     with torch.no_grad():
         model(x, torch.full((batch,), 500, device="meta"), context)
     for h in hooks:
@@ -187,8 +194,7 @@ def unet_unit_table(sd_unet, cfg=None, latent=64, batch=2, dtype_bytes=2,
             continue
         seen.add(index)
         unit = units[index]
-        image = sum(_align(p.numel() * dtype_bytes) for _, _, p, _ in
-                    {id(e[2]): e for e in unit.entries}.values())
+        image = unit.bytes
         rows.append({"name": unit.name, "bytes": image, "flops": flops[index],
                      "kernels": kernels[index], "keep_resident": image < resident_below,
                      "uses": order.count(index)})

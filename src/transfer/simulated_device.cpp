@@ -127,8 +127,7 @@ SimulatedDevice::~SimulatedDevice() {
 
 std::string SimulatedDevice::name() const { return "simulated"; }
 MemoryResource& SimulatedDevice::device_memory() { return *memory_; }
-double SimulatedDevice::pay(double cost) {
-  const double cpu = thread_cpu_seconds();
+double SimulatedDevice::pay(double cost, double cpu) {
   const auto [it, first] = hosts_.try_emplace(std::this_thread::get_id());
   HostClock& h = it->second;
   if (first) {
@@ -148,8 +147,9 @@ void SimulatedDevice::done() {
 }
 
 double SimulatedDevice::host_seconds() {
+  const double cpu = thread_cpu_seconds();
   const std::lock_guard lock(mutex_);
-  const double now = pay(0);
+  const double now = pay(0, cpu);
   done();
   return now;
 }
@@ -229,8 +229,9 @@ StreamDevice::Event SimulatedDevice::create_event(bool timing) {
 }
 
 void SimulatedDevice::record(Event event, DeviceQueue queue) {
+  const double cpu = thread_cpu_seconds();
   const std::lock_guard lock(mutex_);
-  const double at = pay(options_.seconds_per_call);
+  const double at = pay(options_.seconds_per_call, cpu);
   if (event >= events_.size()) throw InvalidArgument("SimulatedDevice: no such event");
   EventState& e = events_[event];
   const std::uint64_t gen = ++e.recorded;
@@ -252,8 +253,9 @@ void SimulatedDevice::record(Event event, DeviceQueue queue) {
 }
 
 void SimulatedDevice::wait(DeviceQueue queue, Event event) {
+  const double cpu = thread_cpu_seconds();
   std::unique_lock lock(mutex_);
-  const double at = pay(options_.seconds_per_call);
+  const double at = pay(options_.seconds_per_call, cpu);
   if (event >= events_.size()) throw InvalidArgument("SimulatedDevice: no such event");
   EventState& e = events_[event];
   note(std::string("wait ") + queue_name(queue) + " e" + std::to_string(event));
@@ -283,8 +285,9 @@ bool SimulatedDevice::locked(const void* ptr, std::size_t bytes) const {
 }
 
 void SimulatedDevice::copy_to_device(void* dst, const void* src, std::size_t bytes) {
+  const double cpu = thread_cpu_seconds();
   std::unique_lock lock(mutex_);
-  const double at = pay(options_.seconds_per_call);
+  const double at = pay(options_.seconds_per_call, cpu);
   char text[96];
   std::snprintf(text, sizeof text, "copy %p <- %p %zu", dst, src, bytes);
   note(text);
@@ -310,8 +313,9 @@ void SimulatedDevice::copy_to_device(void* dst, const void* src, std::size_t byt
 }
 
 void SimulatedDevice::synchronize(DeviceQueue queue) {
+  const double cpu = thread_cpu_seconds();
   std::unique_lock lock(mutex_);
-  (void)pay(options_.seconds_per_call);
+  (void)pay(options_.seconds_per_call, cpu);
   ++counters_.host_waits;
   note(std::string("synchronize ") + queue_name(queue));
   if (!(queue == DeviceQueue::kCompute && options_.host_compute)) {
@@ -325,8 +329,9 @@ void SimulatedDevice::synchronize(DeviceQueue queue) {
 }
 
 void SimulatedDevice::wait_host(Event event) {
+  const double cpu = thread_cpu_seconds();
   std::unique_lock lock(mutex_);
-  (void)pay(options_.seconds_per_call);
+  (void)pay(options_.seconds_per_call, cpu);
   if (event >= events_.size()) throw InvalidArgument("SimulatedDevice: no such event");
   ++counters_.host_waits;
   note("wait_host e" + std::to_string(event));
@@ -341,8 +346,9 @@ void SimulatedDevice::wait_host(Event event) {
 }
 
 StreamDevice::Hold SimulatedDevice::hold(DeviceQueue queue) {
+  const double cpu = thread_cpu_seconds();
   const std::lock_guard lock(mutex_);
-  const double at = pay(options_.seconds_per_call);
+  const double at = pay(options_.seconds_per_call, cpu);
   note(std::string("hold ") + queue_name(queue));
   holds_.push_back(-1);
   const Hold id = holds_.size() - 1;
@@ -360,8 +366,9 @@ StreamDevice::Hold SimulatedDevice::hold(DeviceQueue queue) {
 }
 
 void SimulatedDevice::open(Hold hold) {
+  const double cpu = thread_cpu_seconds();
   const std::lock_guard lock(mutex_);
-  const double at = pay(options_.seconds_per_call);
+  const double at = pay(options_.seconds_per_call, cpu);
   if (hold >= holds_.size()) throw InvalidArgument("SimulatedDevice: no such hold");
   note("open");
   if (holds_[hold] < 0) holds_[hold] = at;
@@ -432,8 +439,9 @@ void SimulatedDevice::free_pinned(void* ptr, std::size_t bytes) {
 
 void SimulatedDevice::launch(double host_seconds, double device_seconds,
                              std::function<void()> body) {
+  const double cpu = thread_cpu_seconds();
   std::unique_lock lock(mutex_);
-  const double at = pay(host_seconds);
+  const double at = pay(host_seconds, cpu);
   ++counters_.kernels;
   note("launch");
   if (options_.host_compute) {

@@ -64,6 +64,26 @@ void UnitOffloader::seal() {
   if (bytes_.empty()) throw InvalidArgument("UnitOffloader::seal: no units");
   std::size_t total = 0;
   for (const std::size_t b : bytes_) total += align256(b);
+  // While a step is recorded, the kept units live at the region's start and every other
+  // unit is loaded after them, in the scratch.
+  recording_offset_.assign(bytes_.size(), 0);
+  std::size_t kept = 0, largest = 0;
+  for (std::size_t u = 0; u < bytes_.size(); ++u) {
+    if (keep_resident_[u]) {
+      recording_offset_[u] = kept;
+      kept += align256(bytes_[u]);
+    } else {
+      largest = std::max(largest, align256(bytes_[u]));
+    }
+  }
+  for (std::size_t u = 0; u < bytes_.size(); ++u) {
+    if (!keep_resident_[u]) recording_offset_[u] = kept;
+  }
+  if (kept + largest > options_.budget) {
+    throw InvalidArgument("UnitOffloader: the budget " + format_bytes(options_.budget) +
+                          " cannot hold the units kept resident (" + format_bytes(kept) +
+                          ") and the largest other unit (" + format_bytes(largest) + ")");
+  }
   arena_ =
       std::make_unique<HostArena>(device_, bytes_, options_.register_chunk_bytes, options_.pin);
   region_bytes_ = std::min(options_.budget, total);
@@ -81,7 +101,8 @@ std::byte* UnitOffloader::host_image(std::size_t unit) const {
 void* UnitOffloader::device_image(std::size_t unit) const {
   check_unit(unit);
   if (!sealed_) throw InvalidArgument("UnitOffloader::device_image before seal()");
-  return mode_ == Mode::kRecording ? region_ : region_ + plan_.device_offset[unit];
+  return region_ +
+         (mode_ == Mode::kRecording ? recording_offset_[unit] : plan_.device_offset[unit]);
 }
 
 bool UnitOffloader::streamed(std::size_t unit) const {
@@ -114,10 +135,13 @@ void UnitOffloader::sync_all() {
 // The fallback's staging; where the operating system's limit leaves no room for it, the
 // arena's last locked chunks are unlocked until there is (their units are staged too).
 void UnitOffloader::make_stager() {
+  std::size_t largest = 0;
+  for (const std::size_t b : bytes_) largest = std::max(largest, b);
+  const std::size_t chunk =  // no bigger than a unit needs
+      std::min(options_.staging_chunk_bytes, (largest + 4095) / 4096 * 4096);
   while (!stager_) {
     try {
-      stager_ =
-          std::make_unique<transfer_detail::StagedCopier>(device_, options_.staging_chunk_bytes);
+      stager_ = std::make_unique<transfer_detail::StagedCopier>(device_, chunk);
     } catch (const RegistrationRefused&) {
       sync_all();  // no copy from a chunk may be in flight when it is unlocked
       if (!arena_->unlock_last_chunk()) throw;
@@ -158,6 +182,15 @@ void UnitOffloader::begin_step(Stream stream) {
     order_.clear();
     host_started_.clear();
     use_host_.clear();
+    use_loaded_.clear();
+    if (!kept_loaded_) {  // the images are written by now; these never move while recording
+      for (std::size_t u = 0; u < bytes_.size(); ++u) {
+        if (keep_resident_[u]) load_now(u, recording_offset_[u]);
+      }
+      device_.synchronize(DeviceQueue::kCopy);
+      ++stats_.host_waits;
+      kept_loaded_ = true;
+    }
   }
 }
 
@@ -186,9 +219,10 @@ void UnitOffloader::enter_recording(std::size_t unit) {
     use_host_.push_back(now - host_started_.back());
   }
   order_.push_back(unit);
+  use_loaded_.push_back(!keep_resident_[unit]);
   device_.synchronize(DeviceQueue::kCompute);  // the last unit's kernels left the scratch
   device_.record(timing_event(4 * i), DeviceQueue::kCopy);
-  load_now(unit, 0);
+  if (!keep_resident_[unit]) load_now(unit, recording_offset_[unit]);
   device_.record(timing_event(4 * i + 1), DeviceQueue::kCopy);
   device_.synchronize(DeviceQueue::kCopy);
   stats_.host_waits += 2;
@@ -307,6 +341,7 @@ void UnitOffloader::end_step_diverged() {
   sync_all();
   ++stats_.divergent_steps;
   mode_ = Mode::kRecording;  // the next step is recorded and planned again
+  kept_loaded_ = false;
   ++layout_version_;
 }
 
@@ -319,11 +354,14 @@ void UnitOffloader::finish_recording() {
   std::vector<double> compute(bytes_.size(), 0), host(bytes_.size(), 0);
   std::vector<std::size_t> count(bytes_.size(), 0);
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  std::size_t loads = 0;
   for (std::size_t i = 0; i < uses; ++i) {
     const std::size_t u = order_[i];
     compute[u] += std::max(0.0, device_.elapsed_seconds(timing_[4 * i + 2], timing_[4 * i + 3]));
     host[u] += use_host_[i];
     ++count[u];
+    if (!use_loaded_[i]) continue;  // a kept unit: nothing was copied
+    ++loads;
     const double x = static_cast<double>(bytes_[u]);
     const double y = std::max(0.0, device_.elapsed_seconds(timing_[4 * i], timing_[4 * i + 1]));
     sx += x;
@@ -337,7 +375,7 @@ void UnitOffloader::finish_recording() {
     unit_host_[u] = host[u] / static_cast<double>(count[u]);
   }
   // The copy engine: time = seconds_per_copy + bytes / speed, least squares over the loads.
-  const auto n = static_cast<double>(uses);
+  const auto n = static_cast<double>(loads);
   const double denominator = n * sxx - sx * sx;
   const double slope = denominator > 0 ? (n * sxy - sx * sy) / denominator : 0;
   if (slope > 0) {

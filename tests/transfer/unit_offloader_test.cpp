@@ -140,6 +140,7 @@ TEST(UnitOffloader, TheKernelChecksCatchCopiesNotOrderedWithTheirReaders) {
     at += model.work[u].bytes;
   }
   device.synchronize(DeviceQueue::kCompute);
+  device.synchronize(DeviceQueue::kCopy);
   EXPECT_GT(bad.load(), 0u);
   device.free_pinned(pinned, model.bytes);
   device.device_memory().deallocate(slot, largest);

@@ -117,9 +117,10 @@ class SimulatedDevice final : public StreamDevice {
     double cpu_mark = 0;  // the thread's CPU time at the end of its last call
   };
   class Memory;
-  // The calling thread's clock after its CPU time since its last call and `cost` (mutex_
-  // held); done() marks the end of a call (its own CPU time is the modelled cost).
-  double pay(double cost);
+  // The calling thread's clock after its CPU time since its last call (up to `cpu`, read
+  // before the mutex was taken) and `cost` (mutex_ held); done() marks the end of a call:
+  // the call's own CPU time is what `cost` models.
+  double pay(double cost, double cpu);
   void done();
   void push(Queue& queue, Op op);
   void run(Queue& queue);
@@ -132,7 +133,7 @@ class SimulatedDevice final : public StreamDevice {
   std::condition_variable changed_;
   std::unique_ptr<Queue> compute_;
   std::unique_ptr<Queue> copy_;
-  std::vector<EventState> events_;
+  std::deque<EventState> events_;                 // stable: workers hold references while waiting
   std::vector<double> holds_;                     // when each hold was opened; < 0 while closed
   std::map<std::uintptr_t, std::size_t> locked_;  // mlock'ed ranges: start -> bytes
   SimulatedDeviceCounters counters_;

@@ -11,10 +11,10 @@
 // A step is begin_step(stream), one enter(unit) before each unit's first kernel - the one
 // call per unit - and end_step(). Kernels of a unit are queued on the device's compute
 // queue after its enter.
-//  1. The first step is recorded: each unit is loaded on demand into the region's start
-//     (the host waits); the compute queue is held while the host launches the unit's
-//     kernels (timed by the host's clock) and opened at the next unit's call, so events
-//     time the device alone; its copy is timed by events too (the copy engine's speed and
+//  1. The first step is recorded: each unit is loaded on demand into the region's start,
+//     after the units kept resident (the host waits); the compute queue is held while the host
+//     launches the unit's kernels (timed by the host's clock) and opened at the next unit's call,
+//     so events time the device alone; its copy is timed by events too (the copy engine's speed and
 //     cost per call, fitted).
 //  2. Its end plans the order (unit_plan.hpp: the resident units, the ring, each copy's
 //     slot and what it waits for; plan().describe() gives the predicted step time and the
@@ -144,11 +144,14 @@ class UnitOffloader {
   UnitPlan plan_;
 
   // The recording step (and the times kept for later plans).
-  std::vector<std::size_t> order_;           // this step's units, in order of entry
-  std::vector<StreamDevice::Event> timing_;  // made on demand, reused
-  std::vector<double> host_started_;         // per use: host clock after its load
-  std::vector<double> use_host_;             // per use: host seconds to the next enter
-  StreamDevice::Hold hold_ = 0;  // the compute queue, held while a recorded unit launches
+  std::vector<std::size_t> order_;             // this step's units, in order of entry
+  std::vector<StreamDevice::Event> timing_;    // made on demand, reused
+  std::vector<double> host_started_;           // per use: host clock after its load
+  std::vector<bool> use_loaded_;               // per use: a copy was made (not a kept unit)
+  std::vector<std::size_t> recording_offset_;  // per unit: its place while recording
+  bool kept_loaded_ = false;
+  std::vector<double> use_host_;  // per use: host seconds to the next enter
+  StreamDevice::Hold hold_ = 0;   // the compute queue, held while a recorded unit launches
   bool holding_ = false;
   std::vector<double> unit_compute_, unit_host_;  // per unit: measured (mean of uses)
   double bytes_per_second_ = 0, seconds_per_copy_ = 0;
