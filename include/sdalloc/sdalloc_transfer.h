@@ -280,6 +280,9 @@ SDALLOC_API sdalloc_status_t sdalloc_unit_offload_enter(sdalloc_unit_offload_t* 
                                                         size_t unit) SDALLOC_NOEXCEPT;
 SDALLOC_API sdalloc_status_t sdalloc_unit_offload_end_step(sdalloc_unit_offload_t* offload)
     SDALLOC_NOEXCEPT;
+/* The next step is recorded and planned again (another input shape); outside a step. */
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_record_next(sdalloc_unit_offload_t* offload)
+    SDALLOC_NOEXCEPT;
 SDALLOC_API sdalloc_status_t sdalloc_unit_offload_stats(
     sdalloc_unit_offload_t* offload, sdalloc_unit_offload_stats_t* out) SDALLOC_NOEXCEPT;
 /* The plan's description (predicted step time, floor), and the registration's refusal if

@@ -259,6 +259,12 @@ class Offload:
 
     # ------------------------------------------------------------------ reports, removal
 
+    def replan(self):
+        """Records and plans the next forward again: for another input shape, whose work per
+        unit differs from the one the plan was made for."""
+        self._lib.check(self._lib.c.sdalloc_unit_offload_record_next(self._handle))
+        self._relayout()
+
     def stats(self):
         """The offloader's figures (sdalloc_unit_offload_stats_t's fields): steps, copies,
         units streamed and resident, bytes, the plan's predicted step, floor and ideal floor,

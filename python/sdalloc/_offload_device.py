@@ -84,6 +84,7 @@ _API = {
     "sdalloc_unit_offload_begin_step": (c_int, [_P, _P]),
     "sdalloc_unit_offload_enter": (c_int, [_P, c_size_t]),
     "sdalloc_unit_offload_end_step": (c_int, [_P]),
+    "sdalloc_unit_offload_record_next": (c_int, [_P]),
     "sdalloc_unit_offload_stats": (c_int, [_P, POINTER(UnitOffloadStats)]),
     "sdalloc_unit_offload_describe": (c_int, [_P, c_char_p, c_size_t, POINTER(c_size_t)]),
 }

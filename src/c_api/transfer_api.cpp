@@ -538,6 +538,10 @@ sdalloc_status_t sdalloc_unit_offload_end_step(sdalloc_unit_offload_t* offload) 
   return guarded(__func__, [&] { unit_offloader_of(offload).end_step(); });
 }
 
+sdalloc_status_t sdalloc_unit_offload_record_next(sdalloc_unit_offload_t* offload) noexcept {
+  return guarded(__func__, [&] { unit_offloader_of(offload).record_next_step(); });
+}
+
 sdalloc_status_t sdalloc_unit_offload_stats(sdalloc_unit_offload_t* offload,
                                             sdalloc_unit_offload_stats_t* out) noexcept {
   return guarded(__func__, [&] {

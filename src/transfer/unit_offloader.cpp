@@ -337,6 +337,16 @@ void UnitOffloader::end_step() {
   }
 }
 
+void UnitOffloader::record_next_step() {
+  if (in_step_) throw InvalidArgument("UnitOffloader::record_next_step inside a step");
+  if (!sealed_) throw InvalidArgument("UnitOffloader::record_next_step before seal()");
+  if (mode_ == Mode::kRecording) return;
+  sync_all();
+  mode_ = Mode::kRecording;
+  kept_loaded_ = false;
+  ++layout_version_;
+}
+
 void UnitOffloader::end_step_diverged() {
   sync_all();
   ++stats_.divergent_steps;

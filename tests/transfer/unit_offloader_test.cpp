@@ -178,6 +178,24 @@ TEST(UnitOffloader, ADivergentStepIsServedOnDemandThenRecordedAndPlannedAgain) {
   EXPECT_EQ(rig.offloader.stats().plans, 2u);
 }
 
+TEST(UnitOffloader, RecordNextStepRecordsAndPlansAgain) {
+  const Model model = small_model(10);
+  Rig rig(model, model.bytes / 2, a_gpu());
+  for (int step = 0; step < 3; ++step) rig.step(model);
+  const std::uint64_t version = rig.offloader.layout_version();
+  rig.offloader.record_next_step();
+  EXPECT_FALSE(rig.offloader.planned());
+  EXPECT_GT(rig.offloader.layout_version(), version);
+  for (int step = 0; step < 3; ++step) rig.step(model);
+  EXPECT_EQ(rig.bad.load(), 0u);
+  EXPECT_TRUE(rig.offloader.planned());
+  EXPECT_EQ(rig.offloader.stats().recorded_steps, 2u);
+  EXPECT_EQ(rig.offloader.stats().divergent_steps, 0u);
+  rig.offloader.begin_step(rig.device.compute_stream());
+  EXPECT_THROW(rig.offloader.record_next_step(), InvalidArgument);  // inside a step
+  rig.offloader.end_step();
+}
+
 TEST(UnitOffloader, AStepMissingUnitsDivergesToo) {
   const Model model = small_model(10);
   Rig rig(model, model.bytes / 2, a_gpu());

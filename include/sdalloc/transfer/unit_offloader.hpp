@@ -104,6 +104,9 @@ class UnitOffloader {
   void begin_step(Stream stream);
   void enter(std::size_t unit);
   void end_step();
+  // The next step is recorded and planned again (the work per unit changed: another input
+  // shape). Outside a step; waits for the device.
+  void record_next_step();
 
   bool planned() const { return mode_ != Mode::kRecording; }
   bool streamed(std::size_t unit) const;  // in the ring under the current plan
