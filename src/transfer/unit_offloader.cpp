@@ -176,6 +176,7 @@ void UnitOffloader::begin_step(Stream stream) {
   if (in_step_) end_step();  // the last forward raised: its step ends here
   in_step_ = true;
   step_diverged_ = false;
+  step_started_ = device_.host_seconds();
   ++stats_.steps;
   pos_ = 0;
   if (mode_ == Mode::kRecording) {
@@ -329,6 +330,7 @@ void UnitOffloader::end_step() {
         issue_due();
       }
       ++stats_.planned_steps;
+      if (!calibrated_) calibrate(device_.host_seconds() - step_started_);
       return;
     }
     case Mode::kOnDemand:
@@ -396,7 +398,13 @@ void UnitOffloader::finish_recording() {
     seconds_per_copy_ = 0;
   }
   ++stats_.recorded_steps;
+  plan_ = plan_units(plan_input());
+  ++stats_.plans;
+  calibrated_ = false;
+  start_plan();
+}
 
+UnitPlanInput UnitOffloader::plan_input() const {
   UnitPlanInput in;
   in.bytes = bytes_;
   in.compute_seconds = unit_compute_;
@@ -406,7 +414,31 @@ void UnitOffloader::finish_recording() {
   in.budget = std::min(options_.budget, region_bytes_);
   in.bytes_per_second = bytes_per_second_;
   in.seconds_per_copy = seconds_per_copy_;
-  plan_ = plan_units(in);
+  return in;
+}
+
+// The recorded step's host times are taken between waits for the device (cold caches,
+// the on-demand loads): the first planned step, where the host never waits, gives the
+// host's real time for the whole step. Where the two differ by more than a tenth, the
+// units' host times are scaled to it and the step planned again; a different plan is
+// taken at once (a host wait, once).
+void UnitOffloader::calibrate(double step_host_seconds) {
+  calibrated_ = true;
+  double recorded = 0;
+  for (const std::size_t u : order_) recorded += unit_host_[u];
+  if (recorded <= 0 || step_host_seconds <= 0) return;
+  const double k = step_host_seconds / recorded;
+  if (k > 0.9 && k < 1.1) return;
+  for (double& h : unit_host_) h *= k;
+  UnitPlan plan = plan_units(plan_input());
+  if (plan.streamed == plan_.streamed && plan.device_offset == plan_.device_offset) {
+    plan_.predicted_step_seconds = plan.predicted_step_seconds;
+    plan_.compute_seconds = plan.compute_seconds;
+    plan_.floor_seconds = plan.floor_seconds;
+    plan_.ideal_floor_seconds = plan.ideal_floor_seconds;
+    return;
+  }
+  plan_ = std::move(plan);
   ++stats_.plans;
   start_plan();
 }
@@ -423,8 +455,13 @@ void UnitOffloader::start_plan() {
   }
   device_.synchronize(DeviceQueue::kCopy);
   ++stats_.host_waits;
-  while (copy_done_.size() < n) copy_done_.push_back(device_.create_event(false));
-  while (release_.size() < n) release_.push_back(device_.create_event(false));
+  // Events for every unit at once: a later plan (calibrated, divergent) makes none.
+  while (copy_done_.size() < std::max(n, bytes_.size())) {
+    copy_done_.push_back(device_.create_event(false));
+  }
+  while (release_.size() < std::max(n, bytes_.size())) {
+    release_.push_back(device_.create_event(false));
+  }
   tickets_.assign(n, 0);
   pos_ = 0;
   entered_ = released_ = issued_ = 0;

@@ -60,8 +60,11 @@ void check_input(const UnitPlanInput& in) {
   }
 }
 
-// Lays out a candidate: `resident` units from 0, the others in a ring of `ring` bytes.
-UnitPlan lay_out(const UnitPlanInput& in, const std::vector<bool>& resident, std::size_t ring) {
+// Lays out a candidate: `resident` units from 0, the others in a ring of `ring` bytes,
+// placed in order of use from `phase` on (wrapping when one does not fit); *end gets where
+// the step's placement stopped, the phase that continues it into the next step.
+UnitPlan lay_out(const UnitPlanInput& in, const std::vector<bool>& resident, std::size_t ring,
+                 std::size_t phase = 0, std::size_t* stop = nullptr) {
   const std::size_t n_units = in.bytes.size();
   UnitPlan plan;
   plan.streamed.assign(n_units, false);
@@ -79,7 +82,7 @@ UnitPlan lay_out(const UnitPlanInput& in, const std::vector<bool>& resident, std
   }
   plan.ring_bytes = plan.stream_order.empty() ? 0 : ring;
   std::vector<std::size_t> start(plan.stream_order.size());
-  std::size_t pos = 0;
+  std::size_t pos = phase;
   for (std::size_t j = 0; j < plan.stream_order.size(); ++j) {
     const std::size_t size = align_up(in.bytes[plan.stream_order[j]], in.alignment);
     if (pos + size > ring) pos = 0;
@@ -89,6 +92,7 @@ UnitPlan lay_out(const UnitPlanInput& in, const std::vector<bool>& resident, std
     plan.streamed_bytes += in.bytes[plan.stream_order[j]];
     pos += size;
   }
+  if (stop != nullptr) *stop = pos >= ring ? 0 : pos;
   const std::size_t n = plan.stream_order.size();
   plan.wait_back.assign(n, n);
   for (std::size_t j = 0; j < n; ++j) {
@@ -238,7 +242,8 @@ UnitPlan plan_units(const UnitPlanInput& in) {
 
   // Orders in which the budget left is filled with resident units: the least compute per
   // byte first (the streamed ones hide their copies under their own compute), the most
-  // first, the first used first (a resident prefix), the last used first.
+  // first, the first used first (a resident prefix), the last used first, both ends of the
+  // step first (the ring is then free across the step's boundary).
   std::vector<std::size_t> by_cost(n_units);
   std::iota(by_cost.begin(), by_cost.end(), std::size_t{0});
   std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t a, std::size_t b) {
@@ -251,8 +256,16 @@ UnitPlan plan_units(const UnitPlanInput& in) {
     if (!seen[u]) by_use.push_back(u);
     seen[u] = true;
   }
-  const std::vector<std::vector<std::size_t>> fills = {
-      by_cost, {by_cost.rbegin(), by_cost.rend()}, by_use, {by_use.rbegin(), by_use.rend()}};
+  std::vector<std::size_t> by_edge;  // nearest the step's boundary first: first, last, ...
+  for (std::size_t i = 0, j = by_use.size(); i < j;) {
+    by_edge.push_back(by_use[i++]);
+    if (i < j) by_edge.push_back(by_use[--j]);
+  }
+  const std::vector<std::vector<std::size_t>> fills = {by_cost,
+                                                       {by_cost.rbegin(), by_cost.rend()},
+                                                       by_use,
+                                                       {by_use.rbegin(), by_use.rend()},
+                                                       by_edge};
   std::vector<std::size_t> bounds;
   for (std::size_t u = 0; u < n_units; ++u) {
     if (!kept(u)) bounds.push_back(align_up(in.bytes[u], in.alignment));
@@ -285,16 +298,25 @@ UnitPlan plan_units(const UnitPlanInput& in) {
           resident[u] = true;
           room -= size;
         }
-        UnitPlan plan = lay_out(in, resident, ring);
-        plan.predicted_step_seconds = simulate_unit_plan(in, plan);
-        ++candidates;
-        const bool better =
-            !found || plan.predicted_step_seconds < best.predicted_step_seconds * (1 - 1e-9) ||
-            (plan.predicted_step_seconds <= best.predicted_step_seconds * (1 + 1e-9) &&
-             plan.streamed_bytes < best.streamed_bytes);
-        if (better) {
-          best = std::move(plan);
-          found = true;
+        // Placements from 0, then from where the last one ended (a step's placement that
+        // continues the previous step's, so the first copies of a step do not wait for the
+        // last units of the step before), a few times.
+        std::size_t phase = 0;
+        for (int tries = 0; tries < 4; ++tries) {
+          std::size_t end = 0;
+          UnitPlan plan = lay_out(in, resident, ring, phase, &end);
+          plan.predicted_step_seconds = simulate_unit_plan(in, plan);
+          ++candidates;
+          const bool better =
+              !found || plan.predicted_step_seconds < best.predicted_step_seconds * (1 - 1e-9) ||
+              (plan.predicted_step_seconds <= best.predicted_step_seconds * (1 + 1e-9) &&
+               plan.streamed_bytes < best.streamed_bytes);
+          if (better) {
+            best = std::move(plan);
+            found = true;
+          }
+          if (end == phase) break;  // the placement repeats itself
+          phase = end;
         }
       }
     }

@@ -21,6 +21,9 @@
 //     floor), waits for the arena's registration, loads the resident units once, and
 //     issues the first copies. layout_version() changes: resident units live at their
 //     offsets for good, streamed ones at their fixed slot in the ring.
+//     The first planned step's host time (the host never waits there) calibrates the
+//     recorded host times; where they were more than 10 % off, the step is planned again
+//     and a different plan is taken at its end (once).
 //  3. Every later step follows the plan with no host wait: enter(u) of a streamed unit
 //     records the previous streamed unit's release on the compute queue, issues every copy
 //     whose slot that frees (the copy queue waits for the release, copies, records the
@@ -124,6 +127,8 @@ class UnitOffloader {
   void enter_planned(std::size_t unit);
   void finish_recording();
   void start_plan();
+  UnitPlanInput plan_input() const;
+  void calibrate(double step_host_seconds);
   void issue_due();
   void serve_on_demand(std::size_t unit);
   void end_step_diverged();
@@ -143,6 +148,8 @@ class UnitOffloader {
   bool sealed_ = false;
   bool in_step_ = false;
   bool step_diverged_ = false;
+  bool calibrated_ = false;  // the first planned step's host time was compared
+  double step_started_ = 0;  // the host's clock at begin_step
   std::uint64_t layout_version_ = 0;
   UnitPlan plan_;
 
