@@ -24,15 +24,15 @@ process cannot change its CUDA allocator after the first allocation.
       sdalloc-planned then steps a backend:host planned pool of the shim that torch's CPU
       tensors never reach (only the step calls and the figures' path are checked).
   gpu_workload.py offload --out FILE.json [--iterations N] [--warmup W] [--cpu-smoke]
-      The UNet's step time (64x64, batch 2, fp16) with all weights on the GPU, then with
-      the weights in host memory offloaded through sdalloc.torch.offload(device="cuda") at
-      budgets of 50 % and 25 % of the weights' bytes (prefetch 2); each a table row, and
-      the bar "step time at 50 % budget <= 1.15 x all-on-GPU" as PASS/FAIL. Warm-up: at
-      least W steps and 3 s after offload() (the engine registers the
-      weights with cudaHostRegister in the background, ~1-2 GB/s; loads go through staging
-      until then). Each setting's output is compared with all-on-GPU's. --cpu-smoke: the
-      small UNet on the CPU against the host backend (the code path only; not judged).
-      The code is in scripts/gpu_offload.py.
+      The UNet's step time (64x64 and 96x96, batch 2, fp16) with all weights on the GPU,
+      the pinned bandwidth, then the weights in host memory offloaded through
+      sdalloc.torch.offload(device="cuda") at budgets of 50 % and 25 % of the weights'
+      bytes; each a table row beside its floor max(T, X/BW), and the bars (every step <=
+      1.10 x its floor; 96x96 at 50 % <= 1.15 x all-on-GPU) as PASS/FAIL. Warm-up: W steps
+      per setting and latent (the first offloaded one is recorded and planned). Each
+      setting's output is compared with all-on-GPU's. --cpu-smoke: the small UNet on the
+      CPU against the simulated device (the code path only; not judged). The code is in
+      scripts/gpu_offload.py.
   gpu_workload.py row FILE.json          one table row, printed as a run finishes
   gpu_workload.py table FILE.json... [--json OUT] [--stages TSV] [--offload FILE] [--strict]
       The table, the verdict lines of the bars (sdalloc's peak reserved below native's, no

@@ -148,6 +148,149 @@ SDALLOC_API sdalloc_status_t sdalloc_offload_end_step(sdalloc_offload_t* offload
 SDALLOC_API sdalloc_status_t sdalloc_offload_stats(sdalloc_offload_t* offload,
                                                    sdalloc_offload_stats_t* out) SDALLOC_NOEXCEPT;
 
+/* --- unit offload: packed units, a device region, streams and events only -------------
+ * The UnitOffloader (sdalloc/transfer/unit_offloader.hpp, docs/transfer.md): a model's
+ * weights cut into units, packed once in a host arena (the one copy in RAM, page-locked in
+ * place in the background), one device region of at most the budget; the first step is
+ * recorded, then planned (resident units, a ring of fixed slots, each copy after the slot's
+ * release), and every later step is events only: one call per unit, no host wait, no
+ * allocation.
+ *
+ *   sdalloc_sim_device_create(&device_config, &device);          // or the shim's CUDA one
+ *   sdalloc_unit_offload_create(device, &config, &offload);
+ *   sdalloc_unit_offload_add_unit(offload, bytes, 0, &id);       // per unit, then
+ *   sdalloc_unit_offload_seal(offload);                          // arena and region exist
+ *   sdalloc_unit_offload_host_image(offload, id, &host);         // write each unit there
+ *   sdalloc_unit_offload_device_image(offload, id, &dev);        // point its tensors here,
+ *                                                                // again when layout changes
+ *   sdalloc_unit_offload_begin_step(offload, stream);            // per forward
+ *   sdalloc_unit_offload_enter(offload, id);                     // before a unit's kernels
+ *   sdalloc_unit_offload_end_step(offload);
+ *
+ * The device must outlive the offloads made on it. Errors: INVALID_ARGUMENT for NULL
+ * handles or outputs, configs not from their _init, a unit over the budget ("the budget
+ * must hold the largest unit"), calls out of order, an unknown unit, a forward on another
+ * stream than the device's compute stream (both named); OUT_OF_MEMORY when the arena or the
+ * region cannot be mapped; INTERNAL when the operating system refuses to page-lock even the
+ * staging (the message says why, e.g. RLIMIT_MEMLOCK). */
+
+typedef struct sdalloc_stream_device sdalloc_stream_device_t;
+typedef struct sdalloc_unit_offload sdalloc_unit_offload_t;
+
+/* The simulated device (sdalloc/transfer/simulated_device.hpp): a compute queue of
+ * simulated kernels, one copy engine, costs per call, simulated clocks. */
+typedef struct sdalloc_sim_device_config_t {
+  size_t struct_size;           /* sizeof(sdalloc_sim_device_config_t), set by _init */
+  double copy_bytes_per_second; /* the copy engine; 0 = memcpy speed (0) */
+  double seconds_per_copy;      /* the engine's cost per copy call (0) */
+  double seconds_per_call;      /* the host's cost per record, wait, copy call (0) */
+  bool host_compute;            /* the calling thread is the compute queue (true) */
+} sdalloc_sim_device_config_t;
+
+typedef struct sdalloc_sim_device_stats_t {
+  size_t struct_size;
+  uint64_t kernels, copy_calls, copied_bytes, pageable_copies, calls, host_waits,
+      device_allocations, check_failures;
+  size_t device_bytes, locked_bytes;
+} sdalloc_sim_device_stats_t;
+
+typedef struct sdalloc_unit_offload_config_t {
+  size_t struct_size;          /* sizeof(sdalloc_unit_offload_config_t), set by _init */
+  size_t budget;               /* device bytes: resident units and the ring (no default) */
+  bool pin;                    /* page-lock the arena (true) */
+  size_t register_chunk_bytes; /* the arena is locked in chunks of about this (64 MiB) */
+  size_t staging_chunk_bytes;  /* the fallback's staging chunks (8 MiB) */
+} sdalloc_unit_offload_config_t;
+
+typedef struct sdalloc_unit_offload_stats_t {
+  size_t struct_size;
+  uint64_t steps, recorded_steps, planned_steps, divergent_steps, plans, copies, copied_bytes,
+      staged_copies, host_waits, device_allocations, layout_version;
+  size_t units, streamed_units, model_bytes, resident_bytes, ring_bytes, region_bytes,
+      streamed_bytes, registered_bytes, arena_bytes_in_ram;
+  int registration_refused, planned;
+  double compute_seconds, predicted_step_seconds, floor_seconds, ideal_floor_seconds,
+      copy_bytes_per_second, seconds_per_copy;
+} sdalloc_unit_offload_stats_t;
+
+/* As sdalloc_transfer_config_init_sized / sdalloc_transfer_config_init. */
+SDALLOC_API void sdalloc_sim_device_config_init_sized(sdalloc_sim_device_config_t* config,
+                                                      size_t struct_size) SDALLOC_NOEXCEPT;
+SDALLOC_API void sdalloc_sim_device_config_init(sdalloc_sim_device_config_t* config)
+    SDALLOC_NOEXCEPT;
+#define sdalloc_sim_device_config_init(config) \
+  sdalloc_sim_device_config_init_sized((config), sizeof(sdalloc_sim_device_config_t))
+SDALLOC_API sdalloc_status_t sdalloc_sim_device_create(
+    const sdalloc_sim_device_config_t* config, sdalloc_stream_device_t** out) SDALLOC_NOEXCEPT;
+/* Waits for the device's queues, then frees it. NULL is a no-op. */
+SDALLOC_API void sdalloc_stream_device_destroy(sdalloc_stream_device_t* device) SDALLOC_NOEXCEPT;
+/* The token of the device's compute stream (begin_step's `stream` must be it). */
+SDALLOC_API sdalloc_status_t sdalloc_stream_device_compute_stream(
+    sdalloc_stream_device_t* device, sdalloc_stream_t* stream) SDALLOC_NOEXCEPT;
+/* The host waits for everything queued on the compute stream. */
+SDALLOC_API sdalloc_status_t sdalloc_stream_device_synchronize(sdalloc_stream_device_t* device)
+    SDALLOC_NOEXCEPT;
+/* A simulated kernel: costs the host host_seconds, runs device_seconds on the compute
+ * queue, and when it runs compares `bytes` at `reads` with `expected` (sampled words;
+ * a difference counts in check_failures). reads/expected may be NULL (no check).
+ * INVALID_ARGUMENT on a device that is not simulated. */
+SDALLOC_API sdalloc_status_t sdalloc_sim_launch(sdalloc_stream_device_t* device,
+                                                double host_seconds, double device_seconds,
+                                                const void* reads, const void* expected,
+                                                size_t bytes) SDALLOC_NOEXCEPT;
+/* The calling thread's clock on the simulated device, in seconds. */
+SDALLOC_API sdalloc_status_t sdalloc_sim_host_seconds(sdalloc_stream_device_t* device,
+                                                      double* seconds) SDALLOC_NOEXCEPT;
+SDALLOC_API sdalloc_status_t sdalloc_sim_device_stats(
+    sdalloc_stream_device_t* device, sdalloc_sim_device_stats_t* out) SDALLOC_NOEXCEPT;
+
+SDALLOC_API void sdalloc_unit_offload_config_init_sized(sdalloc_unit_offload_config_t* config,
+                                                        size_t struct_size) SDALLOC_NOEXCEPT;
+SDALLOC_API void sdalloc_unit_offload_config_init(sdalloc_unit_offload_config_t* config)
+    SDALLOC_NOEXCEPT;
+#define sdalloc_unit_offload_config_init(config) \
+  sdalloc_unit_offload_config_init_sized((config), sizeof(sdalloc_unit_offload_config_t))
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_create(
+    sdalloc_stream_device_t* device, const sdalloc_unit_offload_config_t* config,
+    sdalloc_unit_offload_t** out) SDALLOC_NOEXCEPT;
+/* Waits for the device, frees the region and the arena. NULL is a no-op. */
+SDALLOC_API void sdalloc_unit_offload_destroy(sdalloc_unit_offload_t* offload) SDALLOC_NOEXCEPT;
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_add_unit(sdalloc_unit_offload_t* offload,
+                                                           size_t bytes, int keep_resident,
+                                                           size_t* id) SDALLOC_NOEXCEPT;
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_seal(sdalloc_unit_offload_t* offload)
+    SDALLOC_NOEXCEPT;
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_host_image(sdalloc_unit_offload_t* offload,
+                                                             size_t unit,
+                                                             void** host) SDALLOC_NOEXCEPT;
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_device_image(sdalloc_unit_offload_t* offload,
+                                                               size_t unit,
+                                                               void** device) SDALLOC_NOEXCEPT;
+/* *version changes whenever device images move; *planned: 1 once a plan is followed (then
+ * only streamed units need their enter call), 0 while a step is to be recorded. */
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_layout(sdalloc_unit_offload_t* offload,
+                                                         uint64_t* version,
+                                                         int* planned) SDALLOC_NOEXCEPT;
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_streamed(sdalloc_unit_offload_t* offload,
+                                                           size_t unit,
+                                                           int* streamed) SDALLOC_NOEXCEPT;
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_begin_step(
+    sdalloc_unit_offload_t* offload, sdalloc_stream_t stream) SDALLOC_NOEXCEPT;
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_enter(sdalloc_unit_offload_t* offload,
+                                                        size_t unit) SDALLOC_NOEXCEPT;
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_end_step(sdalloc_unit_offload_t* offload)
+    SDALLOC_NOEXCEPT;
+/* The next step is recorded and planned again (another input shape); outside a step. */
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_record_next(sdalloc_unit_offload_t* offload)
+    SDALLOC_NOEXCEPT;
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_stats(
+    sdalloc_unit_offload_t* offload, sdalloc_unit_offload_stats_t* out) SDALLOC_NOEXCEPT;
+/* The plan's description (predicted step time, floor), and the registration's refusal if
+ * any, NUL-terminated, cut to `size` bytes; *needed (may be NULL) gets the full length + 1. */
+SDALLOC_API sdalloc_status_t sdalloc_unit_offload_describe(sdalloc_unit_offload_t* offload,
+                                                           char* text, size_t size,
+                                                           size_t* needed) SDALLOC_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -216,6 +216,12 @@ sdalloc_torch_transfer_engine_create_cuda(const sdalloc_transfer_config_t* confi
 SDALLOC_API sdalloc_status_t sdalloc_torch_offload_create_cuda(
     sdalloc_transfer_engine_t* engine, const sdalloc_offload_config_t* config, int device,
     cudaStream_t compute_stream, sdalloc_offload_t** out) SDALLOC_NOEXCEPT;
+/* The unit offloader's device on CUDA device `device` (sdalloc_unit_offload_* of
+ * sdalloc_transfer.h, which this library carries): compute_stream is the stream the forward
+ * runs on, copies go on a non-blocking stream of its own, events order them. Errors as
+ * sdalloc_torch_transfer_engine_create_cuda's (no usable device, built without CUDA). */
+SDALLOC_API sdalloc_status_t sdalloc_torch_stream_device_create_cuda(
+    int device, cudaStream_t compute_stream, sdalloc_stream_device_t** out) SDALLOC_NOEXCEPT;
 /* Bytes the offloader's device memory holds now (its pool's segments: resident weights,
  * blocks waiting for the compute stream, cached blocks); for an offloader of either kind. */
 SDALLOC_API sdalloc_status_t

@@ -456,17 +456,27 @@ __all__ = ["install", "installed", "hooks", "mempool", "configure", "config_text
            "host_tensor", "step", "begin_step", "end_step", "step_stats", "SdallocError"]
 
 
-def offload(module, budget, prefetch=2, copy_bytes_per_second=0.0, device=None):
-    """Streams `module`'s weights through sdalloc's transfer engine under a device `budget`
-    (bytes): forward pre-hooks on its submodules acquire their parameters, loads planned
-    from the first forward's order and issued `prefetch` layers ahead (sdalloc/_offload.py).
-    device None or "cpu": the host backend (copy_bytes_per_second: its simulated speed);
-    "cuda[:N]": the CUDA backend of libsdalloc_torch.so (loads on its copy stream, the
-    current stream waiting on their events), refused with SdallocError where CUDA is not
-    usable. A budget below the largest weight raises SdallocError saying so; a budget that
-    is not a positive finite number of bytes (floats are truncated) or a prefetch that is
-    not an int >= 0, TypeError or ValueError. Answers the Offload object: stats(),
-    remove()."""
+def offload(module, budget, device=None, copy_bytes_per_second=0.0, unit_bytes=32 << 20,
+            pin=True):
+    """Streams `module`'s weights to a device under a `budget` of device bytes
+    (sdalloc/_offload.py): the module is cut into units of at most unit_bytes, packed into
+    one host arena (the model once in RAM, page-locked in place unless pin=False), and
+    every parameter becomes a view into one device region of at most `budget`; the first
+    forward is recorded and planned, later ones copy units ahead with events only, one C
+    call per unit. device None or "cpu": the simulated device on the CPU (torch computes on
+    the host; copy_bytes_per_second: its copies' speed); a sdalloc.torch.SimulatedDevice;
+    "cuda[:N]": libsdalloc_torch.so's CUDA device on the current stream (refused with
+    SdallocError where CUDA is not usable). A budget below the largest unit raises
+    SdallocError naming the unit; a budget that is not a positive finite number of bytes,
+    TypeError or ValueError. Answers the Offload object: stats(), describe(), remove()."""
     from ._offload import Offload  # pylint: disable=import-outside-toplevel
-    return Offload(module, budget, prefetch=prefetch,
-                   copy_bytes_per_second=copy_bytes_per_second, device=device)
+    return Offload(module, budget, device=device, copy_bytes_per_second=copy_bytes_per_second,
+                   unit_bytes=unit_bytes, pin=pin)
+
+
+def __getattr__(name):
+    # sdalloc.torch.SimulatedDevice: the simulated device, loaded with the offload code.
+    if name == "SimulatedDevice":
+        from ._offload_device import SimulatedDevice  # pylint: disable=import-outside-toplevel
+        return SimulatedDevice
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

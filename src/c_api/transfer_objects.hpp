@@ -5,10 +5,14 @@
 // An engine owns its copy backend (the host backend here; the shim gives it a
 // cuda::CudaCopyBackend); an offloader owns its device memory (OffloadDevice: the resource
 // stack the weights are loaded into, destroyed after the offloader that uses it). Request
-// handles are numbers in the engine's table (transfer_api.cpp).
+// handles are numbers in the engine's table (transfer_api.cpp). A stream device owns a
+// StreamDevice (the simulated one here, a CUDA one in the shim); a unit offload its
+// UnitOffloader, which uses the stream device it was made on.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,7 +22,10 @@
 #include "sdalloc/core/resource.hpp"
 #include "sdalloc/sdalloc_transfer.h"
 #include "sdalloc/transfer/copy_backend.hpp"
+#include "sdalloc/transfer/simulated_device.hpp"
+#include "sdalloc/transfer/stream_device.hpp"
 #include "sdalloc/transfer/transfer_engine.hpp"
+#include "sdalloc/transfer/unit_offloader.hpp"
 #include "sdalloc/transfer/weight_offloader.hpp"
 
 struct sdalloc_transfer_engine {
@@ -64,4 +71,16 @@ OffloadOptions offload_options(const sdalloc_offload_config_t& config);
 struct sdalloc_offload {
   std::unique_ptr<sdalloc::c_api_detail::OffloadDevice> device;
   std::unique_ptr<sdalloc::WeightOffloader> offloader;  // declared after: destroyed first
+};
+
+// A device for unit offloads: the simulated one (made here) or a CUDA one (made by the
+// shim); `simulated` is set for the first, for sdalloc_sim_*.
+struct sdalloc_stream_device {
+  std::unique_ptr<sdalloc::StreamDevice> device;
+  sdalloc::SimulatedDevice* simulated = nullptr;
+  std::atomic<std::uint64_t> check_failures{0};
+};
+
+struct sdalloc_unit_offload {
+  std::unique_ptr<sdalloc::UnitOffloader> offloader;
 };

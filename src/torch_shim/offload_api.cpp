@@ -18,6 +18,9 @@
 //    the host from running more than the cap ahead of the device;
 //  - stream_ordered with compute_stream: acquire makes the compute stream wait for each
 //    load's event (cudaStreamWaitEvent) instead of blocking the host.
+// sdalloc_torch_stream_device_create_cuda makes the unit offloader's device instead
+// (sdalloc_unit_offload_*, sdalloc/transfer/unit_offloader.hpp): a cuda::CudaStreamDevice
+// on the caller's compute stream - no pool, one cudaMalloc'd region, events only.
 // Every entry point runs through the C API's guarded(): messages go to this library's
 // sdalloc_last_error(), like those of the sdalloc_transfer.h functions used with them.
 #include <algorithm>
@@ -32,6 +35,7 @@
 #if SDALLOC_TORCH_WITH_CUDA
 #include "sdalloc/cuda/cuda_copy_backend.hpp"
 #include "sdalloc/cuda/cuda_resource.hpp"
+#include "sdalloc/cuda/cuda_stream_device.hpp"
 #include "sdalloc/cuda/cuda_stream_events.hpp"
 #include "sdalloc/cuda/runtime.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
@@ -151,6 +155,29 @@ sdalloc_status_t sdalloc_torch_offload_create_cuda(sdalloc_transfer_engine_t* en
     made->device = std::make_unique<CudaOffloadDevice>(device, options.budget + slack);
     made->offloader = std::make_unique<sdalloc::WeightOffloader>(*engine->engine,
                                                                  made->device->memory(), options);
+    *out = made.release();
+#else
+    (void)device;
+    (void)compute_stream;
+    refuse_without_cuda();
+#endif
+  });
+}
+
+sdalloc_status_t sdalloc_torch_stream_device_create_cuda(int device, cudaStream_t compute_stream,
+                                                         sdalloc_stream_device_t** out) noexcept {
+  if (out != nullptr) *out = nullptr;
+  return guarded(__func__, [&] {
+    require(out != nullptr, "out is NULL");
+#if SDALLOC_TORCH_WITH_CUDA
+    if (const std::string why = unusable(device); !why.empty()) {
+      throw sdalloc::InvalidArgument("no CUDA device to offload to: " + why);
+    }
+    sdalloc::cuda::CudaStreamDeviceOptions options;
+    options.device = device;
+    options.compute_stream = compute_stream;
+    auto made = std::make_unique<sdalloc_stream_device>();
+    made->device = std::make_unique<sdalloc::cuda::CudaStreamDevice>(options);
     *out = made.release();
 #else
     (void)device;

@@ -213,62 +213,111 @@ def test_cpu_smoke_runs_the_contract_and_the_workload_end_to_end(torch, tmp_path
         assert [s["iterations"] for s in r["per_shape"]] == [1, 1]
         assert r["peak_reserved_bytes"] is None  # no device memory on the CPU
     assert "==== run:native" in (out / "gpu-check.log").read_text()
-    # The offload rows: a reference and the two budgets, the bar shown but not judged here.
+    # The offload rows: a reference and the two budgets, each beside its floor, the bars
+    # shown but not judged here.
     offload = data["offload"]
     assert [s["setting"] for s in offload["settings"]] == ["all on CPU", "offload 50 %",
                                                           "offload 25 %"]
+    assert offload["bandwidth_bytes_per_second"] > 0
     weights = offload["weight_bytes"]
+    reference = offload["settings"][0]["median_s"]
     for s, fraction in zip(offload["settings"][1:], (0.5, 0.25)):
         assert s["budget_bytes"] == int(fraction * weights) and s["problems"] == []
-        assert 0 < s["stats"]["peak_resident_bytes"] <= s["budget_bytes"]
-        assert s["stats"]["planned_steps"] >= 1 and s["stats"]["divergent_steps"] == 0
+        assert 0 < s["stats"]["region_bytes"] <= s["budget_bytes"]
+        assert s["stats"]["planned"] and s["divergent_in_timed_steps"] == 0
+        assert s["ref_s"] == reference and s["floor_s"] == max(reference, s["copy_s"])
+        assert s["copy_s"] == s["stats"]["streamed_bytes"] / offload["bandwidth_bytes_per_second"]
+        assert "predicted step" in s["plan"]
     assert "offload 50 %" in result.stdout and "offload 25 %" in result.stdout
-    assert "INFO  offload: step time at 50 % budget" in result.stdout
-    assert "(judged on a GPU only)" in result.stdout
+    assert "x max(T, X/BW) (<= 1.1) (judged on a GPU only)" in result.stdout
+    assert "floor = max(T, X/BW)" in result.stdout
 
 
-def _offload_result(directory, reference_ms, half_ms, problems=()):
+def _offload_result(directory, reference_ms, offloaded_ms, problems=(), diffusers=None):
+    """A GPU offload result: all on GPU at 64 and 96 (T), both budgets at both latents with
+    X / BW 20 ms (50 %) and 30 ms (25 %); offloaded_ms[(latent, fraction)] the step times."""
     path = directory / "offload.json"
     fingerprint = {"sum": 1.0, "abs_sum": 10.0, "first": []}
-    settings = [{"setting": "all on GPU", "budget_bytes": None, "median_s": reference_ms / 1e3,
-                 "device_used_bytes": 2000 * MiB, "output_fingerprint": fingerprint,
-                 "problems": []}]
-    for fraction, ms in ((0.5, half_ms), (0.25, 2 * half_ms)):
-        settings.append({"setting": f"offload {fraction * 100:g} %", "budget_fraction": fraction,
-                         "budget_bytes": int(fraction * 1600 * MiB), "median_s": ms / 1e3,
-                         "loads_per_step": 300.0, "device_used_bytes": 900 * MiB,
-                         "output_fingerprint": fingerprint, "problems": list(problems)})
+    settings = []
+    for latent in (64, 96):
+        settings.append({"setting": "all on GPU", "latent": latent, "budget_bytes": None,
+                         "median_s": reference_ms[latent] / 1e3,
+                         "device_used_bytes": 2000 * MiB, "output_fingerprint": fingerprint,
+                         "problems": []})
+    for fraction, copy_ms in ((0.5, 20.0), (0.25, 30.0)):
+        for latent in (64, 96):
+            t = reference_ms[latent] / 1e3
+            settings.append({
+                "setting": f"offload {fraction * 100:g} %", "latent": latent,
+                "budget_fraction": fraction, "budget_bytes": int(fraction * 1600 * MiB),
+                "median_s": offloaded_ms[(latent, fraction)] / 1e3, "ref_s": t,
+                "copy_s": copy_ms / 1e3, "floor_s": max(t, copy_ms / 1e3),
+                "ideal_s": max(t, copy_ms / 1e3 * 0.9), "predicted_s": 0.05,
+                "copies_per_step": 90.0, "device_used_bytes": 900 * MiB,
+                "host_ram_bytes": 1650 * MiB, "output_fingerprint": fingerprint,
+                "problems": list(problems) if (latent, fraction) == (64, 0.5) else []})
+    if diffusers:
+        settings.append(diffusers)
     path.write_text(json.dumps({"cpu_smoke": False, "dtype": "float16",
-                                "shape": [2, 4, 64, 64], "weight_bytes": 1600 * MiB,
+                                "weight_bytes": 1600 * MiB, "latents": [64, 96],
+                                "bandwidth_bytes_per_second": 55e9,
                                 "settings": settings, "problems": []}))
     return str(path)
 
 
-def test_offload_rows_and_their_bar_in_the_table(tmp_path):
+_AT_FLOOR = {(64, 0.5): 21.0, (96, 0.5): 66.0, (64, 0.25): 31.5, (96, 0.25): 68.0}
+
+
+def test_offload_rows_beside_their_floors_and_the_bars(tmp_path):
     native = write_result(tmp_path, "native", 100, 50, 5.0)
-    passing = _offload_result(tmp_path, 30.0, 33.0)
+    passing = _offload_result(tmp_path, {64: 15.0, 96: 65.0}, _AT_FLOOR, diffusers={
+        "setting": "diffusers group offload", "skipped": "not installed (No module ...)"})
     result = run([sys.executable, str(WORKLOAD), "table", native, "--offload", passing])
     assert result.returncode == 0, result.stdout + result.stderr
     rows = [line.split() for line in result.stdout.splitlines()]
-    assert ["all", "on", "GPU", "-", "30.00", "1.000", "-", "2000.0", "ok"] in rows
-    assert ["offload", "50", "%", "800.0", "33.00", "1.100", "300.0", "900.0", "ok"] in rows
-    assert ["offload", "25", "%", "400.0", "66.00", "2.200", "300.0", "900.0", "ok"] in rows
-    assert ("PASS  offload: step time at 50 % budget 1.100 x all-on-GPU (bar: <= 1.15)"
-            in result.stdout)
-    slow = _offload_result(tmp_path, 30.0, 36.0)
+    # setting, latent, budget, ms/step, x ref, T, X/BW, floor, x floor, ideal, plan, copies,
+    # device, host, status
+    assert ["all", "on", "GPU", "64", "-", "15.00", "1.000", "15.00", "-", "-", "-", "-", "-",
+            "-", "2000.0", "-", "ok"] in rows
+    assert ["offload", "50", "%", "64", "800.0", "21.00", "1.400", "15.00", "20.00", "20.00",
+            "1.050", "18.00", "50.00", "90", "900.0", "1650.0", "ok"] in rows
+    assert ["offload", "25", "%", "96", "400.0", "68.00", "1.046", "65.00", "30.00", "65.00",
+            "1.046", "65.00", "50.00", "90", "900.0", "1650.0", "ok"] in rows
+    assert "diffusers group offload   not installed" in result.stdout
+    for line in ("PASS  offload: offload 50 % at 64x64: 1.050 x max(T, X/BW) (<= 1.1)",
+                 "PASS  offload: offload 50 % at 96x96: 1.015 x all-on-GPU (<= 1.15)",
+                 "PASS  offload: offload 25 % at 96x96: 1.046 x max(T, X/BW) (<= 1.1)"):
+        assert line in result.stdout
+    assert "5 of 5 bars met" in format_offload_bar(passing)
+    slow = _offload_result(tmp_path, {64: 15.0, 96: 65.0},
+                           {**_AT_FLOOR, (64, 0.25): 36.0, (96, 0.5): 76.0})
     result = run([sys.executable, str(WORKLOAD), "table", native, "--offload", slow])
-    assert "FAIL  offload: step time at 50 % budget 1.200 x all-on-GPU" in result.stdout
+    for line in ("FAIL  offload: offload 50 % at 96x96: 1.169 x max(T, X/BW) (<= 1.1)",
+                 "FAIL  offload: offload 50 % at 96x96: 1.169 x all-on-GPU (<= 1.15)",
+                 "FAIL  offload: offload 25 % at 64x64: 1.200 x max(T, X/BW) (<= 1.1)",
+                 "PASS  offload: offload 25 % at 96x96: 1.046 x max(T, X/BW) (<= 1.1)"):
+        assert line in result.stdout
+    assert "2 of 5 bars met; missed: " in format_offload_bar(slow)
     assert result.returncode == 0  # a missed bar fails the verdict only under --strict
     strict = run([sys.executable, str(WORKLOAD), "table", "--strict", native, "--offload", slow])
     assert strict.returncode == 1 and "VERDICT: FAIL (1 bars missed)" in strict.stdout
-    wrong = _offload_result(tmp_path, 30.0, 33.0, ["output differs from all-on-GPU's"])
+    wrong = _offload_result(tmp_path, {64: 15.0, 96: 65.0}, _AT_FLOOR,
+                            ["output differs from all-on-GPU's"])
     result = run([sys.executable, str(WORKLOAD), "table", native, "--offload", wrong])
     assert result.returncode == 1
     assert "FAILED: output differs from all-on-GPU's" in result.stdout
-    assert "FAILED offload: offload 50 %: output differs" in result.stderr
+    assert "FAILED offload: offload 50 % at 64: output differs" in result.stderr
     missing = run([sys.executable, str(WORKLOAD), "table", native, "--offload",
                    str(tmp_path / "none.json")])
     assert missing.returncode == 1 and "offload: FAILED: no result:" in missing.stdout
+
+
+def format_offload_bar(path):
+    """gpu_offload.offload_bar's line for a result file (what gpu_workload.py's table counts
+    as one bar), in this process."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import gpu_offload  # pylint: disable=import-outside-toplevel,import-error
+    return gpu_offload.offload_bar(gpu_offload.load_offload(path))[1]
 
 
 def test_offload_refuses_bad_arguments(tmp_path):
