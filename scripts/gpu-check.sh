@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh - the check to run when an NVIDIA GPU and PyTorch are at hand: one
-# call gives a verdict inside an overall deadline (default 8 minutes), for a device lent for
-# 10 minutes a command.
+# call gives a verdict inside an overall deadline (default 9 minutes), for a device lent 15
+# minutes in all (about 4 of them go to the machine's start and the transfers).
 #
 # Nothing is built here: the libraries and the CUDA test binary come from a bundle made on
 # the CI machine (scripts/gpu-bundle.sh -> build/gpu-bundle, carried to the device) or from
@@ -28,7 +28,13 @@
 #   run:CONFIG  scripts/gpu_workload.py run, one fresh process per configuration (SD 1.5
 #               UNet, fp16, batch 2, 64x64 and 96x96 latents); each row is printed as its
 #               run finishes
-#   table       the table, the bars, the outputs against native's, the VERDICT line
+#   pipeline:CONFIG  scripts/gpu_pipeline.py run, one fresh process per configuration but
+#               sdalloc-async: the whole SD 1.5 pipeline (text encoder, 10 guided UNet
+#               steps, VAE decode; fp16) under an 8 GiB cap, a warm-up call and a server's
+#               mixed sizes (512, 768, 640, 1024, 512 px), then the largest image that
+#               completes (bisection, bounded by the stage's time); each row is printed as
+#               its run finishes (with --cpu-smoke: the small pipeline on the CPU, no cap)
+#   table       the tables, the bars, the outputs against native's, the VERDICT line
 # Any line of the shim's stderr reports ("sdalloc_torch: ...") in a stage's output fails that
 # stage. Output: DIR/gpu-check.json (everything: stages, contract checks, runs, bars,
 # verdict) and DIR/gpu-check.log (every stage's output), nothing else.
@@ -40,10 +46,11 @@
 #   --bundle DIR    scripts/gpu-bundle.sh's output: DIR/lib (the libraries), DIR/bin
 #                   (sdalloc_cuda_tests, sdalloc_transfer_gpu_bench) (default: build/gpu-bundle)
 #   --build-dir DIR a build tree instead (DIR/src, DIR/tests/cuda/sdalloc_cuda_tests)
-#   --configs LIST  comma-separated subset of: native,expandable,async,sdalloc-pool,
-#                   sdalloc-chunked,sdalloc-async,sdalloc-vmm,sdalloc-planned (default: all)
+#   --configs LIST  comma-separated subset of: native,expandable,async,sdalloc-vmm (sdalloc's
+#                   default: install() with no mode),sdalloc-pool,sdalloc-async,
+#                   sdalloc-planned (default: all; the pipeline runs each but sdalloc-async)
 #   --iterations N  timed iterations per shape (default 20)
-#   --deadline S    overall deadline in seconds (default 480)
+#   --deadline S    overall deadline in seconds (default 540)
 #   --strict        a missed memory or time bar fails the verdict too
 #   --dry-run       print every stage with its time budget and the total, run nothing
 #   --cpu-smoke     no GPU: the contract's CPU-possible parts (gpu_contract.py host) and the
@@ -61,12 +68,14 @@ dry_run=0
 cpu_smoke=0
 strict=0
 iterations=20
-deadline=480
-configs="native,expandable,async,sdalloc-pool,sdalloc-chunked,sdalloc-async,sdalloc-vmm,sdalloc-planned"
+deadline=540
+configs="native,expandable,async,sdalloc-vmm,sdalloc-pool,sdalloc-async,sdalloc-planned"
+pipeline_configs=" native expandable async sdalloc-vmm sdalloc-pool sdalloc-planned "
 
-# Budgets in seconds; with every configuration they sum to 480 (<= the 480 s deadline).
+# Budgets in seconds; with every configuration they sum to 538 (<= the 540 s deadline).
 # Measured on an H200 (2026-12-04): a fresh machine's first torch import and CUDA start took
-# more than 8 s; each run stage 7-9 s; the whole check 100 s.
+# more than 8 s; each run stage 7-9 s; the whole check 100 s. The pipeline stages are not
+# measured yet: each stops probing for the largest image 5 s before its budget.
 budget_preflight=30
 budget_cuda_tests=41
 budget_tensorrt=3  # a skip line where the bundle has no TensorRT check
@@ -74,8 +83,11 @@ budget_contract=40
 budget_mempool=20
 budget_transfer=14
 budget_offload=36  # torch start, model, 2 latents x (all on GPU + 2 budgets), 1.7 GB packed twice
-budget_run=36  # per configuration (each took 7-9 s on the H200)
+budget_run=22  # per configuration (each took 7-9 s on the H200)
+budget_pipeline=32  # per configuration: start, models, 6 calls, <= 8 probes
 budget_table=8
+device_time=900  # what a lent device gives a session, all tries together
+device_overhead=240  # its start and the transfers: about 4 minutes are allowed for them
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu-check: FAILED: $*" >&2; exit 1; }
@@ -101,10 +113,12 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -z $bundle || -z $build_dir ]] || die "--bundle and --build-dir exclude each other"
 
-known=" native expandable async sdalloc-pool sdalloc-chunked sdalloc-async sdalloc-vmm sdalloc-planned "
+known=" native expandable async sdalloc-vmm sdalloc-pool sdalloc-async sdalloc-planned "
 IFS=',' read -r -a config_list <<< "$configs"
 [[ ${#config_list[@]} -gt 0 ]] || die "--configs is empty"
 for c in "${config_list[@]}"; do
+  [[ $c != sdalloc-chunked ]] || die "sdalloc-chunked is retired (segments:chunked, 0.2):" \
+    "sdalloc's default, sdalloc-vmm, maps CUDA's virtual memory page by page"
   [[ $known == *" $c "* ]] || die "unknown configuration '$c' (known:$known)"
 done
 
@@ -130,6 +144,9 @@ stages+=(contract)
 [[ $cpu_smoke == 0 ]] && stages+=(mempool transfer)
 stages+=(offload)
 for c in "${config_list[@]}"; do stages+=("run:$c"); done
+for c in "${config_list[@]}"; do
+  [[ $pipeline_configs == *" $c "* ]] && stages+=("pipeline:$c")
+done
 stages+=(table)
 budget_of() {
   case $1 in
@@ -138,6 +155,7 @@ budget_of() {
     contract) echo $budget_contract ;; mempool) echo $budget_mempool ;;
     transfer) echo $budget_transfer ;; offload) echo $budget_offload ;;
     table) echo $budget_table ;; run:*) echo $budget_run ;;
+    pipeline:*) echo $budget_pipeline ;;
   esac
 }
 total=0
@@ -148,9 +166,12 @@ if [[ $dry_run == 1 ]]; then
   [[ $cpu_smoke == 1 ]] && smoke_note=" (--cpu-smoke)"
   echo "gpu-check: dry run$smoke_note; deadline $deadline s; libraries: ${libs:-sdalloc package search}"
   for s in "${stages[@]}"; do
-    printf 'stage %-22s budget %3d s\n' "$s" "$(budget_of "$s")"
+    printf 'stage %-26s budget %3d s\n' "$s" "$(budget_of "$s")"
   done
   echo "gpu-check: total budget $total s of the $deadline s deadline"
+  # A lent device has 15 minutes in all; its start and the transfers take about 4.
+  echo "gpu-check: on a lent device: ~$device_overhead s start and transfers + the $deadline s" \
+    "deadline = $((device_overhead + deadline)) s of its $device_time s"
   [[ -n $out_dir ]] && echo "gpu-check: would write $out_dir/gpu-check.json and $out_dir/gpu-check.log"
   [[ $total -le $deadline ]] || die "the budgets ($total s) exceed the deadline ($deadline s)"
   exit 0
@@ -171,8 +192,8 @@ record() {
   local seconds=$((SECONDS - stage_start))
   printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$seconds" "${3//$'\t'/ }" >> "$work/stages.tsv"
   # A run's row says how it went; its stage line is printed only when it failed.
-  [[ $1 == run:* && $2 == ok ]] && return 0
-  printf 'gpu-check: stage %-22s %-7s %4d s  %s\n' "$1" "$2" "$seconds" "$3"
+  [[ ($1 == run:* || $1 == pipeline:*) && $2 == ok ]] && return 0
+  printf 'gpu-check: stage %-26s %-7s %4d s  %s\n' "$1" "$2" "$seconds" "$3"
 }
 
 # stage NAME CMD...: runs CMD within min(budget, time left before the table), its output
@@ -304,8 +325,32 @@ for c in "${config_list[@]}"; do
   "$python" "$root/scripts/gpu_workload.py" row "$result"
 done
 
+pipeline_results=()
+pipeline_smoke=()
+[[ $cpu_smoke == 1 ]] && pipeline_smoke=(--cpu-smoke)
+for c in "${config_list[@]}"; do
+  [[ $pipeline_configs == *" $c "* ]] || continue
+  if [[ ${#pipeline_results[@]} == 0 ]]; then
+    echo
+    "$python" "$root/scripts/gpu_pipeline.py" row --header
+  fi
+  result="$work/pipeline-$c.json"
+  pipeline_results+=("$result")
+  # The run stops starting probes 5 s before the stage's limit (its budget, or less when the
+  # deadline is near), so it writes its result before the stage is cut.
+  left=$((deadline - (SECONDS - start) - budget_table))
+  [[ $left -lt $budget_pipeline ]] || left=$budget_pipeline
+  time_limit=$((left > 10 ? left - 5 : 5))
+  stage "pipeline:$c" "$python" "$root/scripts/gpu_pipeline.py" run --config "$c" \
+    --out "$result" --time-limit "$time_limit" "${pipeline_smoke[@]}"
+  [[ -s $result ]] || printf '{"config": "%s", "error": "no result (see gpu-check.log)"}\n' \
+    "$c" > "$result"
+  "$python" "$root/scripts/gpu_pipeline.py" row "$result"
+done
+
 stage_start=$SECONDS
 table_args=(--json "$out_dir/gpu-check.json" --stages "$work/stages.tsv")
+for f in "${pipeline_results[@]}"; do table_args+=(--pipeline "$f"); done
 table_args+=(--offload "$work/offload.json")
 for f in "${contracts[@]}"; do table_args+=(--contract "$f"); done
 [[ $strict == 1 ]] && table_args+=(--strict)

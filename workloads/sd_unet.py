@@ -85,6 +85,11 @@ class ResnetBlock(nn.Module):
 
 
 class Attention(nn.Module):
+    # False: softmax(Q K^T / sqrt(d)) V written out (the scores are a tensor), as diffusers'
+    # AttnProcessor on torch 1.x; True: F.scaled_dot_product_attention (torch >= 2.0), as its
+    # AttnProcessor2_0. workloads/sd_pipeline.py sets it where torch has the function.
+    fused = False
+
     def __init__(self, dim, context_dim, heads, device):
         super().__init__()
         self.heads = heads
@@ -101,6 +106,9 @@ class Attention(nn.Module):
             return t.reshape(b, -1, self.heads, d).transpose(1, 2)  # [b, heads, tokens, d]
 
         q, k, v = split(self.to_q(x)), split(self.to_k(context)), split(self.to_v(context))
+        if self.fused:
+            out = F.scaled_dot_product_attention(q, k, v)
+            return self.to_out(out.transpose(1, 2).reshape(b, n, dim))
         weights = torch.softmax(q @ k.transpose(-1, -2) * (d ** -0.5), dim=-1)
         return self.to_out((weights @ v).transpose(1, 2).reshape(b, n, dim))
 
@@ -156,8 +164,13 @@ class Upsample(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(channels, channels, 3, padding=1, device=device)
 
-    def forward(self, x):
-        return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+    def forward(self, x, size=None):
+        """size: the skip tensor's height and width, for a latent side that is not a multiple
+        of 2^(levels-1) (a stride-2 conv rounds up; doubling would overshoot), as diffusers'
+        forward_upsample_size; None doubles."""
+        if size is None:
+            return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+        return self.conv(F.interpolate(x, size=tuple(size), mode="nearest"))
 
 
 # ---------------------------------------------------------------------------- the UNet
@@ -236,7 +249,9 @@ class UNet(nn.Module):
         for layers in self.up:
             for layer in layers:
                 if isinstance(layer, Upsample):
-                    x = layer(x)
+                    size = skips[-1].shape[-2:]
+                    x = layer(x, None if size[0] == 2 * x.shape[-2] and
+                              size[1] == 2 * x.shape[-1] else size)
                 else:
                     x = self._run_stage(layer, torch.cat([x, skips.pop()], dim=1), temb, context)
         return self.conv_out(F.silu(self.norm_out(x)))

@@ -41,6 +41,10 @@ class ResnetBlock(nn.Module):
 class AttentionBlock(nn.Module):
     """One head over every pixel of the latent, as the SD VAE's mid block."""
 
+    # True: F.scaled_dot_product_attention (torch >= 2.0, diffusers' AttnProcessor2_0) instead
+    # of the scores written out; workloads/sd_pipeline.py sets it where torch has it.
+    fused = False
+
     def __init__(self, dim):
         super().__init__()
         self.norm = nn.GroupNorm(32, dim, eps=1e-6)
@@ -51,6 +55,9 @@ class AttentionBlock(nn.Module):
         b, c, h, w = x.shape
         t = self.norm(x).reshape(b, c, h * w).transpose(1, 2)
         q, k, v = self.to_q(t), self.to_k(t), self.to_v(t)
+        if self.fused:
+            attended = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[:, 0]
+            return x + self.to_out(attended).transpose(1, 2).reshape(b, c, h, w)
         weights = torch.softmax(q @ k.transpose(1, 2) * (c ** -0.5), dim=-1)
         out = self.to_out(weights @ v).transpose(1, 2).reshape(b, c, h, w)
         return x + out

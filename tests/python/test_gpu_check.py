@@ -21,14 +21,6 @@ def run(args, env=None, timeout=600):
                           check=False)
 
 
-def write_result(directory, config, reserved_mib, allocated_mib, ms):
-    path = directory / f"{config}.json"
-    path.write_text(json.dumps({
-        "config": config, "peak_reserved_bytes": reserved_mib * MiB,
-        "peak_allocated_bytes": allocated_mib * MiB, "time_per_iteration_s": ms / 1000}))
-    return str(path)
-
-
 def write_result(directory, config, reserved_mib, allocated_mib, ms, fingerprint=None,
                  steady_calls=(0, 0)):
     path = directory / f"{config}.json"
@@ -56,18 +48,26 @@ def test_dry_run_shows_every_stage_with_a_budget_within_the_deadline(tmp_path):
             budgets[name] = seconds
     expected = ["preflight", "cuda-tests", "tensorrt", "contract", "mempool", "transfer",
                 "offload"] + [
-        f"run:{c}" for c in ("native", "expandable", "async", "sdalloc-pool", "sdalloc-chunked",
-                             "sdalloc-async", "sdalloc-vmm", "sdalloc-planned")] + ["table"]
+        f"run:{c}" for c in ("native", "expandable", "async", "sdalloc-vmm", "sdalloc-pool",
+                             "sdalloc-async", "sdalloc-planned")] + [
+        f"pipeline:{c}" for c in ("native", "expandable", "async", "sdalloc-vmm",
+                                  "sdalloc-pool", "sdalloc-planned")] + ["table"]
     assert list(budgets) == expected, list(budgets)
     assert all(0 < b <= 60 for b in budgets.values()), budgets   # 60 s per run at most
-    assert sum(budgets.values()) <= 8 * 60
-    assert f"total budget {sum(budgets.values())} s of the 480 s deadline" in text
+    # A lent device has 15 minutes; its start and the transfers take about 4 of them.
+    assert sum(budgets.values()) <= 9 * 60
+    assert f"total budget {sum(budgets.values())} s of the 540 s deadline" in text
+    assert "~240 s start and transfers + the 540 s deadline = 780 s of its 900 s" in text
     assert f"would write {out}/gpu-check.json and {out}/gpu-check.log" in text
     assert not out.exists()
     smoke = run([str(CHECK), "--dry-run", "--cpu-smoke"])
     assert "cuda-tests" not in smoke.stdout and "stage contract" in smoke.stdout
     assert "stage transfer" not in smoke.stdout  # needs a GPU: skipped under --cpu-smoke
     assert "stage offload" in smoke.stdout  # on the host backend under --cpu-smoke
+    assert "stage pipeline:sdalloc-planned" in smoke.stdout  # the small pipeline on the CPU
+    only = run([str(CHECK), "--dry-run", "--configs", "native,sdalloc-async"])
+    assert "stage pipeline:native" in only.stdout
+    assert "pipeline:sdalloc-async" not in only.stdout  # the pipeline leaves it out
     tight = run([str(CHECK), "--dry-run", "--deadline", "100"])
     assert tight.returncode == 1 and "exceed the deadline (100 s)" in tight.stderr
 
@@ -77,7 +77,9 @@ def test_bad_arguments_are_refused_with_a_reason():
                           (["--iterations", "0"], "--iterations needs a positive integer"),
                           (["--out"], "--out needs a directory"),
                           (["--deadline", "x"], "--deadline needs a positive integer"),
-                          (["--frobnicate"], "unknown argument '--frobnicate'")):
+                          (["--frobnicate"], "unknown argument '--frobnicate'"),
+                          (["--configs", "native,sdalloc-chunked"],
+                           "sdalloc-chunked is retired (segments:chunked, 0.2)")):
         result = run([str(CHECK), "--dry-run"] + args)
         assert result.returncode == 1, args
         assert "gpu-check: FAILED: " + message in result.stderr, result.stderr
@@ -122,6 +124,12 @@ def test_table_is_aligned_and_judges_the_bars_per_shape(tmp_path):
     strict = run([sys.executable, str(WORKLOAD), "table", "--strict", files[0], files[1],
                   write_result(tmp_path, "sdalloc-vmm", 2600, 2000, 50.0)])
     assert strict.returncode == 1
+    # sdalloc's default is held to 1.02 x expandable's time, the other modes to 1.05.
+    timed = run([sys.executable, str(WORKLOAD), "table", files[1],
+                 write_result(tmp_path, "sdalloc-vmm", 2400, 2000, 52.0),
+                 write_result(tmp_path, "sdalloc-pool", 2400, 2000, 52.0)])
+    assert "MISS  sdalloc-vmm: time at 64x64 1.040 x expandable's (bar: <= 1.02)" in timed.stdout
+    assert "PASS  sdalloc-pool: time at 64x64 1.040 x expandable's (bar: <= 1.05)" in timed.stdout
 
 
 def test_problems_stages_and_contract_checks_fail_the_verdict(tmp_path):
@@ -213,6 +221,22 @@ def test_cpu_smoke_runs_the_contract_and_the_workload_end_to_end(torch, tmp_path
         assert [s["iterations"] for s in r["per_shape"]] == [1, 1]
         assert r["peak_reserved_bytes"] is None  # no device memory on the CPU
     assert "==== run:native" in (out / "gpu-check.log").read_text()
+    # The pipeline: a row per configuration as it finishes, the table and its checks at the
+    # end; on the CPU every call completes and every output equals native's.
+    assert result.stdout.index("sdalloc-planned ", result.stdout.index("largest px")) < \
+        result.stdout.index("==== gpu-check: results")
+    assert [r["config"] for r in data["pipeline"]] == ["native", "sdalloc-pool",
+                                                       "sdalloc-planned"]
+    for r in data["pipeline"]:
+        assert r["cpu_smoke"] is True and r["problems"] == [] and r["sequence_ooms"] == 0
+        assert [(c["role"], c["size"]) for c in r["calls"][:6]] == [
+            ("warm-up", 64), ("sequence", 64), ("sequence", 96), ("sequence", 80),
+            ("sequence", 128), ("sequence", 64)]
+        assert all(c["role"] == "probe" for c in r["calls"][6:]) and len(r["calls"]) > 6
+        assert 128 <= r["largest"]["px"] < 160  # the sequence's largest, up to the bound
+        assert r["peak_reserved_bytes"] is None and r["calls_per_repeat_call"] is None
+    assert ("PASS  sdalloc-planned: pipeline output equals native's in 6 of 6 calls (6 "
+            "bit-identical") in result.stdout
     # The offload rows: a reference and the two budgets, each beside its floor, the bars
     # shown but not judged here.
     offload = data["offload"]
