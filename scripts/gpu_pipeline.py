@@ -320,6 +320,8 @@ def run(args):
         result["peak_reserved_bytes"] = stats.get("reserved_bytes.all.peak")
         result["peak_allocated_bytes"] = stats.get("allocated_bytes.all.peak")
         result["alloc_retries"] = stats.get("num_alloc_retries")
+        if shim is not None:  # the pool mode:auto resolved to (sdalloc_pool_mode)
+            result["sdalloc_mode"] = shim.pool(torch.cuda.current_device()).mode
 
     last = [0.0]
 

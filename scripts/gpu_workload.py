@@ -276,6 +276,8 @@ def run(args):
         stats = torch.cuda.memory_stats()  # the shim's figures after install()
         result["peak_reserved_bytes"] = stats.get("reserved_bytes.all.peak")
         result["peak_allocated_bytes"] = stats.get("allocated_bytes.all.peak")
+        if shim is not None:  # the pool mode:auto resolved to (sdalloc_pool_mode)
+            result["sdalloc_mode"] = shim.pool(torch.cuda.current_device()).mode
     with open(args.out, "w", encoding="utf-8") as out_file:
         json.dump(result, out_file, indent=1)
     shapes_text = ", ".join(f"{s['shape'][-1]}x{s['shape'][-1]} {s['median_s'] * 1e3:.1f} ms "

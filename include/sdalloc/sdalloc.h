@@ -133,7 +133,11 @@ typedef enum sdalloc_pool_mode_t {
   SDALLOC_MODE_VMM = 2,
   /* A repeated step served from one planned arena (sdalloc_pool_begin_step ... end_step),
    * everything else from a CachingPool. */
-  SDALLOC_MODE_PLANNED = 3
+  SDALLOC_MODE_PLANNED = 3,
+  /* The segment cache over a private cudaMallocAsync pool: what the PyTorch shim's
+   * mode:async builds. The resources sdalloc_pool_create offers have no such allocator, so
+   * it refuses this mode (INVALID_ARGUMENT); sdalloc_pool_mode answers it for shim pools. */
+  SDALLOC_MODE_ASYNC = 4
 } sdalloc_pool_mode_t;
 
 /* How to build a pool. Always call sdalloc_pool_config_init first, then change fields:
@@ -358,6 +362,12 @@ typedef struct sdalloc_stats_t {
  * other than a size this library knows). */
 SDALLOC_API sdalloc_status_t sdalloc_pool_stats(sdalloc_pool_t* pool,
                                                 sdalloc_stats_t* stats) SDALLOC_NOEXCEPT;
+
+/* The mode the pool was built in: never SDALLOC_MODE_AUTO, which resolves to VMM or POOL when
+ * the pool is made (docs/pools.md), so this says which one a configuration got. Errors:
+ * INVALID_ARGUMENT (NULL pool or mode). */
+SDALLOC_API sdalloc_status_t sdalloc_pool_mode(sdalloc_pool_t* pool,
+                                               sdalloc_pool_mode_t* mode) SDALLOC_NOEXCEPT;
 
 /* Resets every peak to its current value. Errors: INVALID_ARGUMENT (NULL pool). */
 SDALLOC_API sdalloc_status_t sdalloc_pool_reset_peak(sdalloc_pool_t* pool) SDALLOC_NOEXCEPT;

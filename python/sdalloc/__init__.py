@@ -32,7 +32,7 @@ tree's build directories (see sdalloc._native).
 
 import pickle
 import warnings
-from ctypes import byref, c_int64, c_size_t, c_uint64, c_void_p, sizeof
+from ctypes import byref, c_int, c_int64, c_size_t, c_uint64, c_void_p, sizeof
 
 from . import _native
 from ._dlpack import HostTensor, live_exports
@@ -179,17 +179,18 @@ class Pool:
         return {name: getattr(raw, name) for name, _ in raw._fields_ if name != "struct_size"}
 
     def is_planned(self):
-        """Whether this is a planned pool (for a pool made elsewhere, e.g. the shim's, the
-        library is asked once: a failed sdalloc_pool_step_stats means it is not)."""
+        """Whether this is a planned pool."""
         if self._planned is None:
-            try:
-                self.step_stats()
-                self._planned = True
-            except SdallocError as error:
-                if error.status != "INVALID_ARGUMENT":
-                    raise
-                self._planned = False
+            self._planned = self.mode == "planned"
         return self._planned
+
+    @property
+    def mode(self):
+        """The mode the pool was built in, "vmm", "pool", "planned" or "async" (never "auto":
+        that resolves when the pool is made; docs/pools.md)."""
+        raw = c_int()
+        self._lib.check(self._lib.c.sdalloc_pool_mode(self._handle, byref(raw)))
+        return {v: k for k, v in _native.POOL_MODES.items()}[raw.value]
 
     # -- figures ------------------------------------------------------------------------
     def stats(self):

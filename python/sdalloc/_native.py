@@ -65,7 +65,7 @@ class PoolConfig(Structure):
                 ("cut_free_ends", c_bool), ("mode", c_int)]
 
 # sdalloc_pool_mode_t, by the name SDALLOC_CONF spells (docs/pools.md).
-POOL_MODES = {"auto": 0, "pool": 1, "vmm": 2, "planned": 3}
+POOL_MODES = {"auto": 0, "pool": 1, "vmm": 2, "planned": 3, "async": 4}
 # Fields kept in the struct for old callers, ignored by the library since 0.2.
 RETIRED_POOL_FIELDS = ("small_pool_limit", "small_granularity", "keep_spare_pages",
                        "grow_arena", "cut_free_ends")
@@ -127,6 +127,7 @@ _C_API = {
     "sdalloc_pool_step_stats": (c_int, [c_void_p, POINTER(StepStats)]),
     "sdalloc_pool_stats": (c_int, [c_void_p, POINTER(Stats)]),
     "sdalloc_pool_reset_peak": (c_int, [c_void_p]),
+    "sdalloc_pool_mode": (c_int, [c_void_p, POINTER(c_int)]),
     "sdalloc_memory_stat": (c_int, [c_void_p, c_char_p, POINTER(c_int64)]),
     "sdalloc_memory_stat_key": (c_char_p, [c_size_t]),
     "sdalloc_pool_layout": (c_int, [c_void_p, POINTER(c_void_p)]),

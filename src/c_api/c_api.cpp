@@ -311,6 +311,14 @@ sdalloc_status_t sdalloc_pool_stats(sdalloc_pool_t* pool, sdalloc_stats_t* stats
   });
 }
 
+sdalloc_status_t sdalloc_pool_mode(sdalloc_pool_t* pool, sdalloc_pool_mode_t* mode) noexcept {
+  return guarded(__func__, [&] {
+    require(mode != nullptr, "mode is NULL");
+    pool_of(pool);  // checks the handle
+    *mode = sdalloc::c_api_detail::c_mode_of(pool->stack->mode);
+  });
+}
+
 sdalloc_status_t sdalloc_pool_reset_peak(sdalloc_pool_t* pool) noexcept {
   return guarded(__func__, [&] { pool_of(pool).reset_peak(); });
 }

@@ -27,17 +27,22 @@ PoolMode mode_of(std::int32_t raw) {
       return PoolMode::kVmm;
     case SDALLOC_MODE_PLANNED:
       return PoolMode::kPlanned;
+    case SDALLOC_MODE_ASYNC:
+      return PoolMode::kAsync;
     default:
       throw InvalidArgument("unknown mode " + std::to_string(raw) +
-                            " (SDALLOC_MODE_AUTO, _POOL, _VMM or _PLANNED)");
+                            " (SDALLOC_MODE_AUTO, _POOL, _VMM, _PLANNED or _ASYNC)");
   }
 }
+
+}  // namespace
 
 sdalloc_pool_mode_t c_mode_of(PoolMode mode) {
   switch (mode) {
     case PoolMode::kPool:
-    case PoolMode::kAsync:
       return SDALLOC_MODE_POOL;
+    case PoolMode::kAsync:
+      return SDALLOC_MODE_ASYNC;
     case PoolMode::kVmm:
       return SDALLOC_MODE_VMM;
     case PoolMode::kPlanned:
@@ -47,8 +52,6 @@ sdalloc_pool_mode_t c_mode_of(PoolMode mode) {
   }
   return SDALLOC_MODE_AUTO;
 }
-
-}  // namespace
 
 sdalloc_pool_config_t config_of(const PoolConf& conf) {
   sdalloc_pool_config_t c;

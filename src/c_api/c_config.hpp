@@ -28,6 +28,8 @@ PoolConf pool_conf_of(const sdalloc_pool_config_t& config, std::size_t given,
                       std::vector<std::string>& warnings);
 // The C struct of a PoolConf (the inverse of pool_conf_of for the fields it sets).
 sdalloc_pool_config_t config_of(const PoolConf& conf);
+// The C name of a mode.
+sdalloc_pool_mode_t c_mode_of(PoolMode mode);
 // The host memory a config names (resource).
 MemoryBackend backend_of(const sdalloc_pool_config_t& config);
 

@@ -149,10 +149,16 @@ static void pool_create_with_null_config_uses_defaults(void) {
   sdalloc_pool_destroy(NULL); /* documented no-op */
 }
 
-static size_t reserved_after_100_bytes(const sdalloc_pool_config_t* config) {
+/* Creates a pool of `config`, checks that it was built in mode `built`, and answers the bytes
+ * it holds for one 100-byte allocation. */
+static size_t reserved_after_100_bytes_in(const sdalloc_pool_config_t* config,
+                                          sdalloc_pool_mode_t built) {
   sdalloc_pool_t* pool = NULL;
   CHECK_OK(sdalloc_pool_create(config, &pool));
   if (pool == NULL) return 0;
+  sdalloc_pool_mode_t mode = SDALLOC_MODE_AUTO;
+  CHECK_OK(sdalloc_pool_mode(pool, &mode));
+  CHECK(mode == built);
   void* p = NULL;
   CHECK_OK(sdalloc_malloc(pool, 100, NULL, &p));
   sdalloc_stats_t stats;
@@ -170,19 +176,25 @@ static void mode_picks_the_pool_and_older_callers_get_the_segment_cache(void) {
   sdalloc_pool_config_t config;
   sdalloc_pool_config_init(&config);
   CHECK(config.mode == SDALLOC_MODE_AUTO);
-  CHECK(reserved_after_100_bytes(&config) == VM_PAGE);
+  CHECK(reserved_after_100_bytes_in(&config, SDALLOC_MODE_VMM) == VM_PAGE);
   config.mode = SDALLOC_MODE_VMM;
-  CHECK(reserved_after_100_bytes(&config) == VM_PAGE);
+  CHECK(reserved_after_100_bytes_in(&config, SDALLOC_MODE_VMM) == VM_PAGE);
   config.mode = SDALLOC_MODE_POOL;
-  CHECK(reserved_after_100_bytes(&config) == SEGMENT);
+  CHECK(reserved_after_100_bytes_in(&config, SDALLOC_MODE_POOL) == SEGMENT);
 
   memset(&config, 0xAB, sizeof config);
   sdalloc_pool_config_init_sized(&config, offsetof(sdalloc_pool_config_t, mode));
   CHECK(config.struct_size == offsetof(sdalloc_pool_config_t, mode));
-  CHECK(reserved_after_100_bytes(&config) == SEGMENT);
+  CHECK(reserved_after_100_bytes_in(&config, SDALLOC_MODE_POOL) == SEGMENT);
   config.planned = true; /* the old way to ask for a planned pool still works */
   sdalloc_pool_t* pool = NULL;
   CHECK_OK(sdalloc_pool_create(&config, &pool));
+  sdalloc_pool_mode_t mode = SDALLOC_MODE_AUTO;
+  CHECK_OK(sdalloc_pool_mode(pool, &mode));
+  CHECK(mode == SDALLOC_MODE_PLANNED);
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_mode(pool, NULL));
+  CHECK_MESSAGE("mode is NULL");
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_mode(NULL, &mode));
   CHECK_OK(sdalloc_pool_begin_step(pool, NULL));
   CHECK_OK(sdalloc_pool_end_step(pool));
   sdalloc_pool_destroy(pool);
@@ -210,7 +222,12 @@ static void bad_modes_are_invalid_arguments(void) {
   CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_create(&config, &pool));
   CHECK_MESSAGE("mode:vmm needs memory that can be mapped page by page");
   config.mode = SDALLOC_MODE_AUTO; /* which picks the segment cache there */
-  CHECK(reserved_after_100_bytes(&config) == SEGMENT);
+  CHECK(reserved_after_100_bytes_in(&config, SDALLOC_MODE_POOL) == SEGMENT);
+
+  sdalloc_pool_config_init(&config);
+  config.mode = SDALLOC_MODE_ASYNC; /* the shim's cudaMallocAsync pools only */
+  CHECK_STATUS(SDALLOC_ERROR_INVALID_ARGUMENT, sdalloc_pool_create(&config, &pool));
+  CHECK_MESSAGE("mode:async needs a stream-ordered allocator");
 }
 
 /* The fields retired in 0.2 are accepted, change nothing, and are not checked any more. */
@@ -222,13 +239,13 @@ static void retired_fields_are_accepted_and_ignored(void) {
   CHECK(config.small_granularity == 128 * KIB);
   CHECK(config.keep_spare_pages && config.grow_arena && config.cut_free_ends);
   config.mode = SDALLOC_MODE_POOL;
-  const size_t by_default = reserved_after_100_bytes(&config);
+  const size_t by_default = reserved_after_100_bytes_in(&config, SDALLOC_MODE_POOL);
   config.small_pool_limit = 0;
   config.small_granularity = 100 * 1024; /* once refused: not a power of two */
   config.keep_spare_pages = false;
   config.grow_arena = false;
   config.cut_free_ends = false;
-  CHECK(reserved_after_100_bytes(&config) == by_default);
+  CHECK(reserved_after_100_bytes_in(&config, SDALLOC_MODE_POOL) == by_default);
 }
 
 /* Two 6 MiB blocks freed, then 10 MiB. The segment cache releases both segments to take one

@@ -20,6 +20,8 @@ const char* mode_name(sdalloc_pool_mode_t mode) {
       return "vmm";
     case SDALLOC_MODE_PLANNED:
       return "planned";
+    case SDALLOC_MODE_ASYNC:
+      return "async";
   }
   return "?";
 }

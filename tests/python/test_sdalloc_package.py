@@ -87,8 +87,9 @@ def test_stats_count_the_caching_pools_work_on_its_segments(pool):
 def test_mode_picks_the_pool(libraries):  # pylint: disable=unused-argument
     """Default (auto) is vmm on host memory: 100 bytes hold one 64 KiB page; mode="pool"
     holds a 2 MiB segment; hugepages come in whole segments, so auto picks pool there."""
-    def reserved(**options):
+    def reserved(built="vmm", **options):
         p = sdalloc.Pool(**options)
+        assert p.mode == built, (options, p.mode)
         ptr = p.malloc(100)
         held = p.stats()["reserved_bytes"]
         p.free(ptr)
@@ -96,14 +97,17 @@ def test_mode_picks_the_pool(libraries):  # pylint: disable=unused-argument
         return held
     assert reserved() == 64 * 1024
     assert reserved(mode="vmm") == 64 * 1024
-    assert reserved(mode="pool") == 2 * MiB
-    assert reserved(hugepages=True) == 2 * MiB
+    assert reserved("pool", mode="pool") == 2 * MiB
+    assert reserved("pool", hugepages=True) == 2 * MiB
+    assert reserved("planned", mode="planned") == 2 * MiB  # the fallback's segment
     with pytest.raises(ValueError, match="unknown mode 'segments'"):
         sdalloc.Pool(mode="segments")
     with pytest.raises(sdalloc.SdallocError, match="mode:vmm needs memory"):
         sdalloc.Pool(mode="vmm", hugepages=True)
     with pytest.warns(DeprecationWarning, match="small_pool_limit no longer has any effect"):
-        assert reserved(mode="pool", small_pool_limit=0) == 2 * MiB
+        assert reserved("pool", mode="pool", small_pool_limit=0) == 2 * MiB
+    with pytest.raises(sdalloc.SdallocError, match="mode:async needs a stream-ordered"):
+        sdalloc.Pool(mode="async")
 
 
 def test_memory_stats_has_torch_key_names_only(pool):

@@ -42,6 +42,7 @@ def test_exported_functions_have_pytorchs_signatures_and_serve_host_pools(librar
     ctypes.memset(a, 0xAB, 1 << 20)  # real, writable host memory
     pools = st.pools()
     assert sorted(pools) == [-1, 0, 3], sorted(pools)
+    assert st.pool(0).mode == "vmm"   # mode:auto on host memory: pages of a memfd
     s0 = sdalloc.stats(device=0)
     assert s0["allocation.all.current"] == 2 and s0["requested_bytes.all.current"] == (1 << 20) + 1000
     assert malloc(0, 0, None) is None  # zero bytes: nullptr
