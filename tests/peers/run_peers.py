@@ -161,12 +161,14 @@ def main(argv=None):
     p.add_argument("--full", action="store_true", help="CPython's whole suite, both thresholds")
     p.add_argument("--suites", default="cpython,onnx")
     p.add_argument("--modes", default="pool,vmm,planned")
-    p.add_argument("--thresholds", default=None, help="default: 4KiB (slice), 4KiB,default (--full)")
+    p.add_argument("--thresholds", default=None,
+                   help="default: 4KiB (slice), 4KiB,default (--full)")
     p.add_argument("--tests", default=None, help="CPython test modules, comma-separated")
     p.add_argument("--build", default=str(ROOT / "build" / "release"))
     p.add_argument("--work", default=None, help="where runs write (default: a temporary folder)")
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--timeout", type=int, default=900, help="regrtest's per-module timeout, s")
+    p.add_argument("--timeout", type=int, default=None,
+                   help="regrtest's per-module timeout, s (default: 300 slice, 900 --full)")
     p.add_argument("--no-share", action="store_true", help="skip the census of the pool's share")
     p.add_argument("--verbose", action="store_true", help="why ORT fails each test it fails")
     p.add_argument("--testdir", default=None, help=argparse.SUPPRESS)  # the self-test's modules
@@ -175,6 +177,8 @@ def main(argv=None):
     args.modes = args.modes.split(",")
     args.thresholds = (args.thresholds or ("4KiB,default" if args.full else "4KiB")).split(",")
     args.tests = args.tests.split(",") if args.tests else None
+    # The slice's slowest module takes about 25 s: a hang shows within minutes in CI.
+    args.timeout = args.timeout or (900 if args.full else 300)
 
     ensure_installed(args.suites)
     build = pathlib.Path(args.build).resolve()
