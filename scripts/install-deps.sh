@@ -23,6 +23,8 @@ packages=(
   libtcmalloc-minimal4 libjemalloc2          # system allocators `sdalloc replay` compares
   libmimalloc2.0                             #   against (LD_PRELOAD in a child process)
   python3-torchvision                        # ResNet-50 exported for the ONNX Runtime tests
+  libpython3.11-testsuite                    # other people's suites (tests/peers/run_peers.py):
+  libonnx-testdata python3-onnx              #   CPython's regrtest, ONNX's backend test data
 )
 
 missing=()

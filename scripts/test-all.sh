@@ -15,6 +15,11 @@
 #   wheel     tests/install/check-wheel.sh: the Python wheel built from the release tree
 #             (nothing rebuilt), pip-installed offline into fresh venvs, used with no
 #             SDALLOC_* variable: a pool, the `sdalloc` program, torch under the drop-in
+#   peers     other people's suites on sdalloc (docs/peers.md): pytest over tests/peers (the
+#             runner's own tests), then tests/peers/run_peers.py's CI slice: CPython's
+#             regression-suite slice under the drop-in in every mode at threshold 4KiB, and
+#             every ONNX backend test ORT passes, through the ORT adapter in every mode; a
+#             difference from the runs without sdalloc fails it (about 4 minutes)
 #   asan      configure, build, ctest with AddressSanitizer + UndefinedBehaviorSanitizer
 #             (leaks checked)
 #   tsan      the same with ThreadSanitizer
@@ -140,6 +145,14 @@ run_python_tests() {
     /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/tests/python"
 }
 
+# Other people's suites (tests/peers/, docs/peers.md) over the release build: the runner's
+# tests, then the slice; run_peers.py --full runs the whole suites.
+run_peers() {
+  SDALLOC_BUILD_DIR="$build_root/release" CI="${CI:-1}" \
+    /usr/bin/python3 -m pytest -q -p no:cacheprovider "$root/tests/peers"
+  /usr/bin/python3 "$root/tests/peers/run_peers.py" --build "$build_root/release"
+}
+
 run_install_check() {
   local prefix=$build_root/install-check
   rm -rf "$prefix"
@@ -172,6 +185,9 @@ for preset in $presets; do
     end
     begin wheel
     "$root/tests/install/check-wheel.sh" "$build_root/wheel-check" "$build_root/release"
+    end
+    begin peers
+    run_peers
     end
   fi
 done
