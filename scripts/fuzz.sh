@@ -3,23 +3,28 @@
 # UBSan; "fuzz-preload" for the drop-in's, UBSan alone) and runs each for a fixed time or a
 # fixed number of executions.
 #
-#   scripts/fuzz.sh [--seconds N] [--runs N] [--jobs N] [--workers N] [NAME...]
+#   scripts/fuzz.sh [--seconds N] [--runs N] [--jobs N] [--workers N] [--keep] [NAME...]
 #
 #   --seconds N  run each fuzzer N seconds (default 600; CI's short run uses 15)
 #   --runs N     run each fuzzer N executions instead (e.g. --runs 10000000)
 #   --jobs N     compile jobs (default: number of CPUs)
 #   --workers N  fuzz in N processes at once (libFuzzer's -fork=N; default 1): the runs are
 #                the sum over them, and a finding in any one stops the fuzzer
+#   --keep       a session to keep (docs/fuzzing.md): after each fuzzer without a finding,
+#                merge what it found into its seed corpus in the repository (libFuzzer's
+#                -merge=1: only inputs that add coverage), and append its run, finding or not,
+#                to tests/fuzz/ledger.tsv (scripts/fuzz_ledger.py sums it into the docs)
 #   NAME...      fuzzers to run (default: all): trace interval planner conf c_api pools
 #                preload_pool preload_vmm preload_planned (the drop-in's one target,
 #                fuzz_preload, in each mode: SDALLOC_PRELOAD_CONF=mode:<mode>,$preload_conf
 #                below, seed corpus tests/fuzz/corpus/preload/)
 #
-# Each fuzzer starts from its seed corpus, tests/fuzz/corpus/<name>/ (read only), and keeps
-# what it finds new in build/fuzz/corpus/<name>/. A crash, a sanitizer report, a leak, a
-# timeout (-timeout, 25 s per input) or an out-of-memory (-rss_limit_mb) is a finding: its
-# input is written to build/fuzz/findings/<name>-*, and the script fails once every fuzzer
-# has run. It prints, per fuzzer, the executions, the seconds and the executions per second.
+# Each fuzzer starts from its seed corpus, tests/fuzz/corpus/<name>/ (read only without
+# --keep), and keeps what it finds new in build/fuzz/corpus/<name>/. A crash, a sanitizer
+# report, a leak, a timeout (-timeout, 25 s per input) or an out-of-memory (-rss_limit_mb)
+# is a finding: its input is written to build/fuzz/findings/<name>-*, and the script fails
+# once every fuzzer has run. It prints, per fuzzer, the executions, the seconds and the
+# executions per second.
 # SDALLOC_BUILD_ROOT: where the build tree goes (default <repo>/build, as in the presets).
 # Add a finding to the seed corpus once it is fixed, so ctest replays it (fuzz_<name>_corpus).
 set -euo pipefail
@@ -32,6 +37,7 @@ seconds=600
 runs=""
 jobs=$(nproc)
 workers=1
+keep=0
 names=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -39,7 +45,8 @@ while [[ $# -gt 0 ]]; do
     --runs) runs=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) names+=("$1"); shift ;;
   esac
@@ -73,6 +80,11 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:malloc_conte
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 mkdir -p "$build/findings"
+ledger=$root/tests/fuzz/ledger.tsv
+commit=$(git -C "$root" describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
+if [[ $keep == 1 && ! -s $ledger ]]; then
+  printf 'ended_utc\tcommit\tfuzzer\tseconds\texecutions\tcorpus_files\tresult\n' >"$ledger"
+fi
 failed=()
 summary=()
 for name in "${names[@]}"; do
@@ -110,6 +122,19 @@ for name in "${names[@]}"; do
     line+=" FINDING (exit $rc, log $log)"
     failed+=("$name")
     grep -E 'ERROR|runtime error|fuzzer: |Test unit written' "$log" | head -5 >&2 || true
+  fi
+  if [[ $keep == 1 ]]; then
+    result=finding
+    if [[ $rc -eq 0 ]]; then
+      result=ok
+      "${conf[@]}" "$binary" -merge=1 -entropic=0 -max_len=4096 -timeout=25 -rss_limit_mb=2048 \
+        "$seeds" "$corpus" >"$build/merge_$name.log" 2>&1 ||
+        { echo "fuzz.sh: merging $name's corpus failed (log $build/merge_$name.log)" >&2; exit 1; }
+    fi
+    files=$(find "$seeds" -maxdepth 1 -type f | wc -l)
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%Y-%m-%dT%H:%M)" "$commit" "$name" \
+      "$elapsed" "${executions:-0}" "$files" "$result" >>"$ledger"
+    line+=", seed corpus $files files"
   fi
   echo "fuzz.sh: $line"
   summary+=("$line")
