@@ -56,9 +56,8 @@ constexpr std::chrono::milliseconds kMinimumProbe{50};
 constexpr std::uint64_t kMinimumProbeNodes = 1024;
 // Under a node limit the sweeps' probes are sized in nodes, not time: kFirstSweepProbe
 // made the plan depend on the machine's speed and on what else it ran, which a node limit
-// is there to rule out (MiniMalloc's D in 300,000 nodes: 1034240 or 1025024 bytes from run
-// to run on one machine). About 10 ms of search here; D and J then reach 1025024 and
-// 1022976 bytes in the planner test's node limits (3000 and 10000 gave 1031168-1035264).
+// is there to rule out (the same problem planned to different sizes from run to run on
+// one machine; docs/planner.md has the figures).
 constexpr std::uint64_t kFirstSweepProbeNodes = 1024;
 
 // The greatest common divisor of the sizes and of the alignments above 1: offsets built

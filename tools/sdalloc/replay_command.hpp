@@ -11,8 +11,9 @@
 // snapshots: convert them with tools/torch_snapshot_to_trace.py first); without TRACE the
 // bundled SD 1.5 UNet trace (data/traces/sd15_unet_b2_64x64_cpu_2pass.csv). Each trace is
 // replayed `--passes` times (default 3) through every allocator of --allocator (comma
-// separated; default all: pool, planned, glibc, jemalloc, mimalloc, tcmalloc) and one table
-// per trace is printed (replay_output.hpp explains the columns). --capacity caps what
+// separated; default all: vmm, pool, planned, torch-native, torch-expandable, glibc,
+// jemalloc, mimalloc, tcmalloc) and one table per trace is printed (replay_output.hpp
+// explains the columns). --capacity caps what
 // sdalloc's allocators may hold, like a device of that size (suffixes K, M, G; a system
 // allocator is only flagged when it exceeds it); --min-capacity bisects the least capacity
 // each of sdalloc's allocators needs. --touch writes every 4 KiB page of each allocation.

@@ -17,12 +17,12 @@
 //  - move: mremap(MREMAP_FIXED | MREMAP_DONTUNMAP) takes the page tables along, then
 //    mmap(PROT_NONE, MAP_FIXED) over the old place (DONTUNMAP leaves it mapped, without
 //    pages, so it is never a hole). Chunks whose extents follow each other move in one
-//    call. An unmap and a populating map cost about 18 us per 64 KiB page on the build VM;
-//    a move 9 us alone and under 1 us per page in runs of 16
-//    (docs/notebook/virtual_memory_pool.md). Needs Linux 5.13 (DONTUNMAP on shared mappings):
-//    can_move() is false before, found by trying it once at construction. A run the system refuses
-//    undoes the runs moved before it; should moving one of those back be refused too (no memory
-//    left for any kernel mapping), the Error says so and the tables show where each chunk is.
+//    call. A move of a run costs far less per page than an unmap and a populating map
+//    (measured in docs/notebook/virtual_memory_pool.md). Needs Linux 5.13 (DONTUNMAP on shared
+//    mappings): can_move() is false before, found by trying it once at construction. A run the
+//    system refuses undoes the runs moved before it; should moving one of those back be refused too
+//    (no memory left for any kernel mapping), the Error says so and the tables show where each
+//    chunk is.
 //
 // Kernel mappings: Linux allows a process vm.max_map_count (65,530 by default) mappings,
 // and every map() that the kernel cannot merge with a neighbour costs one. The kernel

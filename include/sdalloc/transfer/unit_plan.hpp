@@ -80,8 +80,8 @@ struct UnitPlan {
   std::size_t candidates = 0;         // plans simulated to choose this one
 
   std::size_t streamed_units() const { return stream_order.size(); }
-  // "plan: 212 units, 61 streamed (1.02 GiB a step) in a ring of 118 MiB, 151 resident
-  // (745 MiB); predicted step 25.1 ms, floor 24.3 ms = max(T 21.0, copies 24.3); ideal 16.9"
+  // One line: units, streamed (bytes a step), the ring's size, resident units (bytes), the
+  // predicted step against its floor, max(all-on-device step, copy time), and the ideal.
   std::string describe() const;
 };
 

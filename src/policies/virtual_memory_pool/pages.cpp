@@ -315,8 +315,8 @@ void VirtualMemoryPool::Impl::recycle_block(PoolShard& shard, Block* block) {
 // first. Best fit carves a request from the low end of the smallest free block that fits,
 // so in a loop the pages at the top of the largest free blocks (the tail of the range
 // above the working set) are the ones reached last: moving them leaves in place the pages
-// the next requests will land on. (Smallest blocks first, lowest pages first, moved 1.4-9.4 x
-// more pages on the traces of docs/notebook/virtual_memory_pool.md, "Which pages move".)
+// the next requests will land on. (Smallest blocks first, lowest pages first, moved several
+// times as many pages: docs/notebook/virtual_memory_pool.md, "Which pages move".)
 // The caller holds shard.mutex.
 std::size_t VirtualMemoryPool::Impl::steal_pages(PoolShard& shard, std::size_t want,
                                                  std::vector<std::uint32_t>& out,
