@@ -35,13 +35,13 @@ std::vector<Option<PreloadConfig>> preload_rows() {
       [](auto& c) -> auto& { return c.address_space; }));
   own.push_back(config::text_option<PreloadConfig>(
       "report",
-      "`stderr` or a file path: at exit, write peak live and reserved bytes and the counts of "
-      "what the pool served.",
+      "`stderr` or a file path (`%p` in it: the process id): at exit, write peak live and "
+      "reserved bytes and the counts of what the pool served.",
       [](auto& c) -> auto& { return c.report; }));
   own.push_back(config::text_option<PreloadConfig>(
       "record",
-      "a file path: write the event trace (docs/formats.md) of every request the pool served, "
-      "for `sdalloc replay`.",
+      "a file path (`%p` in it: the process id): write the event trace (docs/formats.md) of "
+      "every request the pool served, for `sdalloc replay`.",
       [](auto& c) -> auto& { return c.record; }));
   own.push_back(config::bool_option<PreloadConfig>(
       "huge_pages",
@@ -94,6 +94,20 @@ PreloadConfig parse_preload_config(std::string_view text) { return preload_optio
 
 std::string format_preload_config(const PreloadConfig& config) {
   return preload_options().format(config);
+}
+
+std::string path_for_process(std::string_view path, int pid) {
+  std::string out;
+  out.reserve(path.size() + 8);
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 1 < path.size() && (path[i + 1] == 'p' || path[i + 1] == '%')) {
+      out += path[i + 1] == 'p' ? std::to_string(pid) : std::string("%");
+      ++i;
+    } else {
+      out += path[i];
+    }
+  }
+  return out;
 }
 
 }  // namespace sdalloc::preload

@@ -49,4 +49,9 @@ const config::OptionTable<PreloadConfig>& preload_options();
 PreloadConfig parse_preload_config(std::string_view text);
 std::string format_preload_config(const PreloadConfig& config);
 
+// A report or record path for the process `pid`: each "%p" becomes the pid and "%%" a "%",
+// so that every process of a program started with one SDALLOC_CONF (subprocesses, workers)
+// writes a file of its own instead of overwriting the others'. Any other "%" stays.
+std::string path_for_process(std::string_view path, int pid);
+
 }  // namespace sdalloc::preload

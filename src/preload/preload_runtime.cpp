@@ -138,9 +138,10 @@ bool Runtime::build() {
   }
   g_range_base.store(range_.base(), std::memory_order_relaxed);
   g_range_size.store(range_.size(), std::memory_order_relaxed);
+  pid_ = static_cast<int>(::getpid());
   if (!config_.record.empty()) {
     try {
-      trace_start(trace_, config_.record);
+      trace_start(trace_, path_for_process(config_.record, pid_));
       tracing_.store(true, std::memory_order_relaxed);
     } catch (const std::exception& e) {
       say(std::string("record: ") + e.what() + "; running without a trace");
@@ -148,7 +149,6 @@ bool Runtime::build() {
   }
   // Only once the pool serves: a drop-in that is off leaves glibc as it is.
   if (config_.keep_system_heap) keep_system_heap(config_.threshold);
-  pid_ = static_cast<int>(::getpid());
   pthread_atfork(at_fork_prepare, at_fork_parent, at_fork_child);
   return true;
 }
@@ -365,16 +365,16 @@ void Runtime::at_exit() {
 
 void Runtime::write_report() const {
   if (config_.report.empty()) return;
-  const std::string& path = config_.report;
+  const std::string path = path_for_process(config_.report, pid_);
   const bool json = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   const std::string text = json ? report_json() : report();
   if (path == "stderr") {
     write_all(STDERR_FILENO, text);
     return;
   }
-  const int fd = ::open(config_.report.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    say("report: cannot create '" + config_.report + "': " + std::strerror(errno));
+    say("report: cannot create '" + path + "': " + std::strerror(errno));
     return;
   }
   write_all(fd, text);

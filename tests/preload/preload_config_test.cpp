@@ -52,6 +52,16 @@ TEST(PreloadConfig, ParsesItsOwnKeys) {
   EXPECT_FALSE(parse_preload_config("vmm_moves:false").vmm_moves);
 }
 
+TEST(PreloadConfig, PathsNameTheirProcessWherePercentPSaysSo) {
+  EXPECT_EQ(path_for_process("/tmp/report-%p.json", 4321), "/tmp/report-4321.json");
+  EXPECT_EQ(path_for_process("%p/%p", 7), "7/7");
+  EXPECT_EQ(path_for_process("/tmp/100%%-%p", 7), "/tmp/100%-7");
+  EXPECT_EQ(path_for_process("/tmp/50%-done%", 7), "/tmp/50%-done%");  // other % stay
+  EXPECT_EQ(path_for_process("stderr", 7), "stderr");
+  EXPECT_EQ(path_for_process("", 7), "");
+  EXPECT_EQ(parse_preload_config("report:/tmp/r-%p.txt").report, "/tmp/r-%p.txt");
+}
+
 TEST(PreloadConfig, RejectsWhatTheDropInCannotServe) {
   EXPECT_EQ(parse_error("mode:async"),
             "SDALLOC_CONF: mode must be auto, pool, vmm or planned, in 'mode:async'");
