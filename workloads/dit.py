@@ -20,10 +20,13 @@ DiT-XL/2 has 675,129,632 parameters (with its 256-token position embedding, as p
 The weights are random (default initialisation), not adaLN-Zero's zeros: a zero gate would
 make every block the identity and the output independent of the blocks.
 
-Attention is softmax(Q K^T / sqrt(d)) V with baddbmm into an uninitialised buffer, softmax,
-then bmm, heads folded into the batch: what diffusers' AttnProcessor does on torch 1.x,
-which has no F.scaled_dot_product_attention. Each attention allocates three buffers of
-batch x heads x tokens x tokens floats (the baddbmm input, the scores, the probabilities).
+Attention is softmax(Q K^T / sqrt(d)) V with baddbmm, softmax, then bmm, heads folded into
+the batch: what diffusers' AttnProcessor does on torch 1.x, which has no
+F.scaled_dot_product_attention. Each attention allocates three buffers of batch x heads x
+tokens x tokens floats (the baddbmm input, the scores, the probabilities). diffusers passes
+an uninitialised input with beta 0; here it is zeroed and beta is 1, the same allocations,
+because torch 1.x's CPU baddbmm with beta 0 multiplies its own uninitialised result by 0,
+which keeps any NaN the allocator's recycled memory held (on glibc as on sdalloc).
 
 Invariants: weights come from torch.manual_seed(--seed) only, fp32, and everything runs
 under torch.inference_mode(), so two runs with the same options and thread count give the
@@ -94,7 +97,8 @@ def sincos_position_embedding(dim, grid):
 
 def attention(q, k, v, heads):
     """softmax(q k^T / sqrt(d)) v per head; q [b, n, dim], k and v [b, m, dim] -> [b, n, dim].
-    baddbmm (beta 0) into an uninitialised buffer, softmax, bmm, as diffusers' AttnProcessor."""
+    baddbmm over a zeroed input, softmax, bmm: diffusers' AttnProcessor's allocations (its
+    beta-0 form reads uninitialised memory on torch 1.x's CPU: the module docstring)."""
     b, n, dim = q.shape
     d = dim // heads
 
@@ -102,8 +106,8 @@ def attention(q, k, v, heads):
         return t.reshape(b, -1, heads, d).permute(0, 2, 1, 3).reshape(b * heads, -1, d)
 
     q, k, v = heads_to_batch(q), heads_to_batch(k), heads_to_batch(v)
-    buffer = torch.empty(b * heads, n, k.shape[1], dtype=q.dtype, device=q.device)
-    scores = torch.baddbmm(buffer, q, k.transpose(1, 2), beta=0.0, alpha=d ** -0.5)
+    buffer = torch.zeros(b * heads, n, k.shape[1], dtype=q.dtype, device=q.device)
+    scores = torch.baddbmm(buffer, q, k.transpose(1, 2), beta=1.0, alpha=d ** -0.5)
     del buffer
     probs = scores.softmax(dim=-1)
     del scores

@@ -182,3 +182,16 @@ def test_pixart_xl2_is_the_dit_xl2_trunk_with_a_t5_caption():
     assert model.t_block.out_features == 6 * 1152  # adaLN-single, shared by the blocks
     assert model.y_embedding.shape == (120, 4096)
     assert model.x_embedder.pos_embed.shape == (1, 1024, 1152)  # 64 x 64 latent, patch 2
+
+
+def test_attention_is_defined_whatever_the_allocator_recycles():
+    # torch 1.x's CPU baddbmm with beta 0 multiplies its uninitialised result by 0: memory
+    # that last held NaN, handed out again, made attention rows NaN now and then.
+    torch.manual_seed(0)
+    heads, d = 3, 4
+    q = torch.randn(2, 5, heads * d)
+    k, v = torch.randn(2, 7, heads * d), torch.randn(2, 7, heads * d)
+    for _ in range(50):
+        poison = torch.full((2 * heads, 5, 7), float("nan"))
+        del poison  # its block is the next one of that size
+        assert not dit.attention(q, k, v, heads).isnan().any()
