@@ -47,6 +47,7 @@ using planned_arena_detail::Arena;
 using planned_arena_detail::combine_stats;
 using planned_arena_detail::Event;
 using planned_arena_detail::kRounding;
+using planned_arena_detail::planner_options_of;
 using planned_arena_detail::PlanSet;
 using planned_arena_detail::RecordingBlocks;
 using planned_arena_detail::SharedArena;
@@ -66,7 +67,7 @@ struct PlannedArena::Impl {
                                                          : HostStreamEvents::instance()),
         plan_stream_handle(options.plan_stream.handle),
         plans(options.max_plans, options.replan_after_divergent_steps),
-        arenas(held, pool, events, options.prefault_host_arena),
+        arenas(held, pool, events, options.prefault_host_arena, options.arena_from_fallback),
         recording_blocks(held) {}
 
   static PlannedArenaOptions validated(PlannedArenaOptions opts) {
@@ -111,6 +112,11 @@ struct PlannedArena::Impl {
   // for a plan it will not get, step after step.
   std::size_t unplannable_events = 0;
 
+  // The recording's plan-stream allocations are blocks of the upstream (RecordingBlocks);
+  // otherwise the fallback pool serves them.
+  bool record_upstream() const {
+    return options.record_through_upstream && !options.arena_from_fallback;
+  }
   bool recording_step() const { return in_step && recorder.recording(); }
   bool planned_step_active() const { return in_step && !recorder.recording() && active != nullptr; }
 
@@ -169,17 +175,18 @@ struct PlannedArena::Impl {
       if (void* p = try_planned(bytes, rounded, effective_alignment)) return p;
       diverge();
     }
-    if (recording_step() && options.record_through_upstream) {
+    if (recording_step() && record_upstream()) {
       void* p = recording_blocks.allocate(bytes, rounded, effective_alignment, plan_stream());
       ++counters.recorded_allocations;
       recorder.record_allocation(p, rounded, effective_alignment);
       return p;
     }
     void* p = pool.allocate(bytes, alignment, stream);
-    ++counters.fallback_allocations;
-    if (recording_step()) {
+    if (recording_step()) {  // the pool serves the recording: not a fallback
       ++counters.recorded_allocations;
       recorder.record_allocation(p, rounded, effective_alignment);
+    } else {
+      ++counters.fallback_allocations;
     }
     return p;
   }
@@ -217,10 +224,13 @@ struct PlannedArena::Impl {
   // arena with nothing live in it, and held both beside it: a new shape recorded after
   // warm-ups outside any step held more than twice what PyTorch's allocator held (figures in
   // docs/pytorch.md). Both go back first; the arena is reserved again at the next
-  // planned step.
+  // planned step. An arena taken from the fallback pool goes back to the pool, whose pages
+  // then serve the recording (the pool keeps them: no call to the memory).
   void start_recording() {
-    if (options.record_through_upstream) {
+    if (record_upstream()) {
       pool.trim();
+      arenas.trim();
+    } else if (options.arena_from_fallback) {
       arenas.trim();
     }
     recorder.start();
@@ -390,10 +400,7 @@ struct PlannedArena::Impl {
     if (in_step) throw InvalidArgument(name() + ": begin_step() while a step is in progress");
     // Arena memory freed while another stream still used it is reused from this step on.
     arenas.wait_for_users();
-    if (!arenas.reserve_again()) {  // counted: every plan goes, and this step records
-      plans.clear();
-      arenas.retire();
-    }
+    reserve_arena_again();  // after a trim; refused, every plan goes and this step records
     in_step = true;
     divergent = false;
     choosing = false;
@@ -423,13 +430,15 @@ struct PlannedArena::Impl {
       recording_blocks.release_cache();
       ++counters.recorded_steps;
       const std::size_t recorded = recorder.event_count();
-      add_plan(
-          recorder.finish(options.planner_time_limit_seconds, options.planner_max_search_nodes));
+      add_plan(recorder.finish(planner_options_of(options, recorder.seconds_recorded())));
       if (recorder.gave_up()) {
         ++counters.unplanned_steps;
         unplannable_events =
             unplannable_events == 0 ? recorded : std::min(unplannable_events, recorded);
       }
+      // The arena the recording gave back (start_recording) is taken again here, so that
+      // no later step, of this shape or another, calls the memory for it.
+      reserve_arena_again();
       return;
     }
     if (choosing) {  // no plan-stream allocation: the step stopped before any plan's events
@@ -446,6 +455,14 @@ struct PlannedArena::Impl {
       if (plans.empty()) arenas.retire();  // the arena goes with the last plan
       ++counters.replans;
     }
+  }
+
+  // The arena, released by a trim or for a recording, reserved again; when that is refused
+  // (counted), every plan goes.
+  void reserve_arena_again() {
+    if (plans.empty() || arenas.reserve_again()) return;
+    plans.clear();
+    arenas.retire();
   }
 
   // Adds the recording's plan, growing the shared arena if it needs more; a plan whose
@@ -470,6 +487,8 @@ struct PlannedArena::Impl {
       std::lock_guard<std::mutex> lock(mutex);
       if (!in_step) released += arenas.trim();
     }
+    // An arena of the pool's went back into it: what the pool now releases counts its pages.
+    if (arenas.from_pool()) released = 0;
     return released + pool.trim();
   }
 
@@ -487,7 +506,7 @@ struct PlannedArena::Impl {
     const PoolStats pool_stats = pool.stats();
     std::lock_guard<std::mutex> lock(mutex);
     return combine_stats(pool_stats, recording_blocks.figures(), arenas.figures(), held.stats(),
-                         live);
+                         live, arenas.from_pool());
   }
 
   void reset_peak() {
