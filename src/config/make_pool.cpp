@@ -1,6 +1,7 @@
 // make_pool.cpp - the one place pools are built (sdalloc/config/make_pool.hpp).
 #include "sdalloc/config/make_pool.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,13 +19,18 @@ std::unique_ptr<AnyPool> make_caching_pool(MemoryResource& segments, CachingPool
   return std::make_unique<PoolOf<CachingPool>>(segments, options);
 }
 
-std::unique_ptr<AnyPool> make_vm_pool(const PoolConf& conf, const MemoryBackend& backend) {
+VirtualMemoryPoolOptions vm_options_of(const PoolConf& conf, const MemoryBackend& backend) {
   VirtualMemoryPoolOptions options;
   options.max_physical_bytes = conf.capacity;
   options.stream_events = backend.events.get();
   if (backend.vm_page_size != 0) options.page_size = backend.vm_page_size;
   if (backend.vm_range_size != 0) options.range_size = backend.vm_range_size;
-  return std::make_unique<PoolOf<VirtualMemoryPool>>(*backend.virtual_memory, options);
+  return options;
+}
+
+std::unique_ptr<AnyPool> make_vm_pool(const PoolConf& conf, const MemoryBackend& backend) {
+  return std::make_unique<PoolOf<VirtualMemoryPool>>(*backend.virtual_memory,
+                                                     vm_options_of(conf, backend));
 }
 
 PlannedArenaOptions planned_options_of(const PoolConf& conf, const MemoryBackend& backend) {
@@ -35,13 +41,32 @@ PlannedArenaOptions planned_options_of(const PoolConf& conf, const MemoryBackend
   options.fallback = conf.pool;
   options.fallback.stream_events = backend.events.get();
   options.prefault_host_arena = backend.host_pages;
+  options.arena_from_fallback = backend.virtual_memory != nullptr;
   return options;
 }
+
+// Where memory is virtual, the planned arena's fallback is a VirtualMemoryPool and the
+// arenas are its allocations: the recording's pages move under the arena and back
+// (PlannedArenaOptions::arena_from_fallback). growth_slack 0: a recording creates a page
+// only when no free one is left. Pages of kPlannedPageSize unless the backend asks for
+// others: what a recording holds beyond its live bytes is the pages its free gaps share
+// with live blocks, so small pages keep it at its live peak (docs/planned_arena.md).
+constexpr std::size_t kPlannedPageSize = std::size_t{16} << 10;
 
 std::unique_ptr<AnyPool> make_planned_arena(const PoolConf& conf, MemoryResource& segments,
                                             const MemoryBackend& backend) {
   const PlannedArenaOptions options = planned_options_of(conf, backend);
   StreamEvents* events = backend.events.get();
+  if (options.arena_from_fallback) {
+    VirtualMemory& memory = *backend.virtual_memory;
+    VirtualMemoryPoolOptions vm = vm_options_of(conf, backend);
+    vm.growth_slack = 0.0;
+    if (backend.vm_page_size == 0) vm.page_size = std::max(kPlannedPageSize, memory.granularity());
+    return std::make_unique<PoolOf<PlannedArena>>(
+        segments, options, [&memory, vm](MemoryResource&, const CachingPoolOptions&) {
+          return std::make_unique<PoolOf<VirtualMemoryPool>>(memory, vm);
+        });
+  }
   return std::make_unique<PoolOf<PlannedArena>>(
       segments, options, [events](MemoryResource& held, const CachingPoolOptions& fallback) {
         return make_caching_pool(held, fallback, events);
@@ -73,7 +98,11 @@ PoolStack::~PoolStack() {
 
 void PoolStack::set_capacity(std::size_t bytes) {
   if (limit != nullptr) limit->set_capacity(bytes == 0 ? LimitResource::kNoLimit : bytes);
-  if (VirtualMemoryPool* vm = pool->vmm(); vm != nullptr) vm->set_capacity(bytes);
+  VirtualMemoryPool* vm = pool->vmm();
+  if (PlannedArena* planned = pool->planned(); planned != nullptr) {
+    vm = planned->fallback_pool().vmm();  // the planned arena's pages, where memory is virtual
+  }
+  if (vm != nullptr) vm->set_capacity(bytes);
 }
 
 PoolMode resolve_mode(PoolMode requested, const MemoryBackend& backend) {

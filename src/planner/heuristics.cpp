@@ -35,30 +35,46 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kClockEvery = 1024;
 
 std::vector<std::size_t> order_of(std::span<const Buffer> buffers, GreedyOrder order) {
-  std::vector<std::size_t> indices(buffers.size());
-  std::iota(indices.begin(), indices.end(), std::size_t{0});
-  const auto lifetime = [&](std::size_t i) {
-    return lifetime_of(buffers[i].lower, buffers[i].upper);
-  };
   // Ties go to the earlier-starting buffer, then to input order, so plans are reproducible.
-  const auto key = [&](std::size_t i) -> std::pair<std::uint64_t, std::uint64_t> {
+  // The keys are computed once, and the index ends every comparison (a total order: no
+  // stable sort needed).
+  struct Ranked {
+    std::uint64_t first;
+    std::uint64_t second;
+    std::int64_t lower;
+    std::size_t index;
+  };
+  std::vector<Ranked> ranked(buffers.size());
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const Buffer& b = buffers[i];
+    const std::uint64_t lifetime = lifetime_of(b.lower, b.upper);
+    Ranked& r = ranked[i];
+    r.lower = b.lower;
+    r.index = i;
     switch (order) {
       case GreedyOrder::kLifetime:
-        return {lifetime(i), buffers[i].size};
+        r.first = lifetime;
+        r.second = b.size;
+        break;
       case GreedyOrder::kArea:
-        return {saturating_mul(lifetime(i), buffers[i].size), buffers[i].size};
+        r.first = saturating_mul(lifetime, b.size);
+        r.second = b.size;
+        break;
       case GreedyOrder::kSize:
       case GreedyOrder::kBestFit:
+        r.first = b.size;
+        r.second = lifetime;
         break;
     }
-    return {buffers[i].size, lifetime(i)};
-  };
-  std::stable_sort(indices.begin(), indices.end(), [&](std::size_t a, std::size_t b) {
-    const auto ka = key(a);
-    const auto kb = key(b);
-    if (ka != kb) return ka > kb;
-    return buffers[a].lower < buffers[b].lower;
+  }
+  std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+    if (a.first != b.first) return a.first > b.first;
+    if (a.second != b.second) return a.second > b.second;
+    if (a.lower != b.lower) return a.lower < b.lower;
+    return a.index < b.index;
   });
+  std::vector<std::size_t> indices(buffers.size());
+  for (std::size_t n = 0; n < ranked.size(); ++n) indices[n] = ranked[n].index;
   return indices;
 }
 
@@ -70,9 +86,13 @@ class ConflictIndex {
       : start_(buffers.size()), end_(buffers.size()) {
     std::vector<std::size_t> by_lower(buffers.size());
     std::iota(by_lower.begin(), by_lower.end(), std::size_t{0});
-    std::stable_sort(by_lower.begin(), by_lower.end(), [&](std::size_t a, std::size_t b) {
+    // A recorded step lists its buffers in the order they start: nothing to sort then.
+    const auto starts_earlier = [&](std::size_t a, std::size_t b) {
       return buffers[a].lower < buffers[b].lower;
-    });
+    };
+    if (!std::is_sorted(by_lower.begin(), by_lower.end(), starts_earlier)) {
+      std::stable_sort(by_lower.begin(), by_lower.end(), starts_earlier);
+    }
     std::vector<std::int64_t> lowers(buffers.size());
     for (std::size_t r = 0; r < by_lower.size(); ++r) {
       start_[by_lower[r]] = static_cast<std::uint32_t>(r);

@@ -30,6 +30,12 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
   if (!(options.time_limit_seconds >= 0.0)) {
     throw InvalidArgument("time limit must be non-negative");
   }
+  if (!(options.search_time_limit_seconds >= 0.0)) {
+    throw InvalidArgument("search time limit must be non-negative");
+  }
+  if (!(options.accept_within >= 0.0)) {
+    throw InvalidArgument("accept_within must be non-negative");
+  }
   const Clock::time_point start = Clock::now();
   // Clamped before the conversion: a double beyond the clock's range (1e300, infinity) is
   // undefined behaviour in duration_cast. kMaxTimeLimitSeconds is no limit in practice.
@@ -38,8 +44,9 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
   PlanResult result;
   result.lower_bound = lower_bound(buffers);
+  const std::uint64_t acceptable = planner_detail::acceptable_arena(result.lower_bound, options);
   const auto good_enough = [&](std::uint64_t arena) {
-    return arena == result.lower_bound || (options.capacity != 0 && arena <= options.capacity);
+    return arena <= acceptable || (options.capacity != 0 && arena <= options.capacity);
   };
   const auto consider = [&](Plan candidate, std::string method) {
     if (result.method.empty() || candidate.arena_size < result.plan.arena_size) {
@@ -83,7 +90,12 @@ PlanResult plan(std::span<const Buffer> buffers, const PlannerOptions& options) 
 
   std::uint64_t proven_below = result.lower_bound;  // no plan smaller than this exists
   if (options.use_search && !good_enough(result.plan.arena_size)) {
-    planner_detail::run_probes(buffers, options, start, deadline, result, proven_below);
+    // The search's own limit counts from here: the greedy plans above are never cut by it.
+    const double search_limit = std::min(options.search_time_limit_seconds, kMaxTimeLimitSeconds);
+    const Clock::time_point search_deadline =
+        std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(search_limit)));
+    planner_detail::run_probes(buffers, options, start, search_deadline, result, proven_below);
   }
 
   return finish(proven_below);

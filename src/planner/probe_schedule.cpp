@@ -81,6 +81,17 @@ std::uint64_t next_multiple(std::uint64_t value, std::uint64_t step) {
              : value + gap;
 }
 
+}  // namespace
+
+std::uint64_t acceptable_arena(std::uint64_t lower_bound, const PlannerOptions& options) {
+  const double extra = static_cast<double>(lower_bound) * options.accept_within;
+  const double room = static_cast<double>(std::numeric_limits<std::uint64_t>::max() - lower_bound);
+  if (!(extra < room)) return std::numeric_limits<std::uint64_t>::max();
+  return lower_bound + static_cast<std::uint64_t>(extra);
+}
+
+namespace {
+
 unsigned thread_count(const PlannerOptions& options) {
   // A node limit is there for one answer on every run: one thread keeps it so.
   if (options.max_search_nodes != 0) return 1;
@@ -99,6 +110,7 @@ class ProbeSchedule {
         start_(start),
         deadline_(deadline),
         step_(arena_step(buffers)),
+        acceptable_(options.capacity != 0 ? 0 : acceptable_arena(result.lower_bound, options)),
         result_(result),
         proven_below_(proven_below),
         workers_(thread_count(options)),
@@ -188,8 +200,9 @@ class ProbeSchedule {
           result_.plan = std::move(found.plan);
           result_.method = "search";
           best_arena_.store(result_.plan.arena_size);
+          const bool accepted = result_.plan.arena_size <= acceptable_;
           for (Worker& other : workers_) {
-            if (other.target != 0 && other.target >= result_.plan.arena_size) {
+            if (other.target != 0 && (accepted || other.target >= result_.plan.arena_size)) {
               other.cancel.store(true);
             }
           }
@@ -308,7 +321,8 @@ class ProbeSchedule {
   // Under mutex_.
   bool out_of_work() const {
     const std::uint64_t max_nodes = options_.max_search_nodes;
-    return stopped_ || Clock::now() >= deadline_ || (max_nodes != 0 && nodes_.load() >= max_nodes);
+    return stopped_ || result_.plan.arena_size <= acceptable_ || Clock::now() >= deadline_ ||
+           (max_nodes != 0 && nodes_.load() >= max_nodes);
   }
 
   // A share of the time left, and at least kMinimumProbe. Under a node limit a probe ends
@@ -357,6 +371,9 @@ class ProbeSchedule {
   const Clock::time_point start_;
   const Clock::time_point deadline_;
   const std::uint64_t step_;
+  // Without a capacity, a best plan this small ends the work (PlannerOptions::accept_within);
+  // 0 with a capacity, where the one probe decides.
+  const std::uint64_t acceptable_;
 
   std::mutex mutex_;  // guards what follows, up to progress_mutex_
   PlanResult& result_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <compare>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -31,22 +32,54 @@ struct SweepEvent {
   auto operator<=>(const SweepEvent&) const = default;
 };
 
+// Times spread over at most this many units per sweep event are sorted by counting: a
+// recorded step's times are its event indices, so plans made at run time (PlannedArena)
+// sort in linear time, with a table of four counters per event.
+constexpr std::uint64_t kDenseTimesPerEvent = 2;
+
 std::vector<SweepEvent> sweep_order(std::span<const Buffer> buffers) {
   std::vector<SweepEvent> events;
   events.reserve(buffers.size() * 2);
+  std::int64_t first = std::numeric_limits<std::int64_t>::max();
+  std::int64_t last = std::numeric_limits<std::int64_t>::min();
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     events.push_back(SweepEvent{.time = buffers[i].lower, .is_start = true, .index = i});
     events.push_back(SweepEvent{.time = buffers[i].upper, .is_start = false, .index = i});
+    first = std::min(first, buffers[i].lower);
+    last = std::max(last, buffers[i].upper);
   }
-  std::sort(events.begin(), events.end());
-  return events;
+  // Both lie within +-2^62 (check_buffers), so the span fits an unsigned 64-bit integer.
+  const std::uint64_t span =
+      events.empty() ? 0 : static_cast<std::uint64_t>(last) - static_cast<std::uint64_t>(first);
+  if (events.empty() || span / kDenseTimesPerEvent > events.size() ||
+      events.size() >= std::numeric_limits<std::uint32_t>::max()) {
+    std::sort(events.begin(), events.end());
+    return events;
+  }
+  // Key (time - first) * 2 + is_start orders as (time, is_start); the events went in by
+  // index, and a counting sort keeps that order among equal keys: the order std::sort gives.
+  const auto key = [first](const SweepEvent& e) {
+    return static_cast<std::size_t>(static_cast<std::uint64_t>(e.time) -
+                                    static_cast<std::uint64_t>(first)) *
+               2 +
+           (e.is_start ? 1 : 0);
+  };
+  std::vector<std::uint32_t> starts(static_cast<std::size_t>(span) * 2 + 3, 0);
+  for (const SweepEvent& e : events) ++starts[key(e) + 1];
+  for (std::size_t k = 1; k < starts.size(); ++k) starts[k] += starts[k - 1];
+  std::vector<SweepEvent> sorted(events.size());
+  for (const SweepEvent& e : events) sorted[starts[key(e)]++] = e;
+  return sorted;
 }
 
 }  // namespace
 
 void check_buffers(std::span<const Buffer> buffers) {
+  // Ids below twice the count (a recorded step numbers its buffers 0, 1, ...) are checked
+  // against a table; others by hashing.
+  const std::size_t dense_ids = buffers.size() * 2;
+  std::vector<bool> seen_dense(dense_ids, false);
   std::unordered_map<std::uint64_t, std::size_t> seen;
-  seen.reserve(buffers.size());
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     const Buffer& b = buffers[i];
     if (b.upper <= b.lower) {
@@ -60,9 +93,9 @@ void check_buffers(std::span<const Buffer> buffers) {
       throw InvalidArgument(describe(b) + ": alignment " + std::to_string(b.alignment) +
                             " is not a power of two");
     }
-    if (!seen.emplace(b.id, i).second) {
-      throw InvalidArgument("duplicate buffer id " + std::to_string(b.id));
-    }
+    const bool duplicate = b.id < dense_ids ? seen_dense[b.id] : !seen.emplace(b.id, i).second;
+    if (duplicate) throw InvalidArgument("duplicate buffer id " + std::to_string(b.id));
+    if (b.id < dense_ids) seen_dense[b.id] = true;
   }
 }
 

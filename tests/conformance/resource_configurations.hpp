@@ -18,11 +18,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <sstream>
 #include <string>
 
 #include "conformance/reference_model.hpp"
 #include "conformance/resource_accounting.hpp"
+#include "sdalloc/policies/any_pool.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/policies/planned_arena.hpp"
 #include "sdalloc/policies/virtual_memory_pool.hpp"
@@ -249,6 +251,36 @@ struct PlannedArenaRecordingThroughPoolConfig : PoolTraits {
   PlannedArena arena{host, options()};
 };
 
+// The same as make_pool builds it where memory is virtual (arena_from_fallback): the fallback
+// pool, a VirtualMemoryPool of 16 KiB pages with no growth slack, serves the recording.
+struct PlannedArenaRecordingOverPagesConfig : PoolTraits {
+  static constexpr const char* kName = "PlannedArenaRecordingOverPages";
+  static constexpr bool kIsPool = false;
+  PlannedArenaRecordingOverPagesConfig() { arena.begin_step(); }
+  MemoryResource& resource() { return arena; }
+  void expect_accounting(const ReferenceModel& model) {
+    const PoolStats s = arena.stats();
+    EXPECT_EQ(s.live_bytes, model.totals().bytes);
+    EXPECT_EQ(s.live_allocations, model.totals().count);
+    EXPECT_GE(s.reserved_bytes, s.live_bytes);
+    EXPECT_EQ(s.reserved_bytes, arena.fallback_pool().stats().reserved_bytes);
+    EXPECT_NO_THROW(arena.check_invariants());
+  }
+  static PlannedArenaOptions options() {
+    PlannedArenaOptions o;
+    o.arena_from_fallback = true;
+    return o;
+  }
+  HostVirtualMemory memory;
+  HostResource host;  // not used: the pages serve everything
+  PlannedArena arena{host, options(), [this](MemoryResource&, const CachingPoolOptions&) {
+                       VirtualMemoryPoolOptions vm;
+                       vm.page_size = 16 * 1024;
+                       vm.growth_slack = 0.0;
+                       return std::make_unique<PoolOf<VirtualMemoryPool>>(memory, vm);
+                     }};
+};
+
 // ---- pools over virtual memory -------------------------------------------------------------
 
 // A VirtualMemoryPool over HostVirtualMemory. Its stats() are PoolStats too, with reserved =
@@ -326,14 +358,13 @@ inline std::size_t initial_reservation_of(const VirtualMemoryPool&) { return 0; 
 
 // ---- the lists the typed suites run over ---------------------------------------------------
 
-using AllConfigurations =
-    ::testing::Types<HostConfig, HostHugePagesConfig, StatsOverHostConfig, LimitOverHostConfig,
-                     TraceOverHostConfig, PoolConfig, PoolWithInitialReservationConfig,
-                     PoolKeepingCacheOnGrowthConfig, PoolWithSmallSegmentsConfig,
-                     PoolWithSmallHugeThresholdConfig, PoolOverLimitConfig, StatsOverPoolConfig,
-                     PoolOverTraceConfig, PlannedArenaRecordingConfig,
-                     PlannedArenaRecordingThroughPoolConfig, VirtualMemoryPoolConfig,
-                     VirtualMemoryPoolCappedConfig, VirtualMemoryPoolEagerUnmapConfig>;
+using AllConfigurations = ::testing::Types<
+    HostConfig, HostHugePagesConfig, StatsOverHostConfig, LimitOverHostConfig, TraceOverHostConfig,
+    PoolConfig, PoolWithInitialReservationConfig, PoolKeepingCacheOnGrowthConfig,
+    PoolWithSmallSegmentsConfig, PoolWithSmallHugeThresholdConfig, PoolOverLimitConfig,
+    StatsOverPoolConfig, PoolOverTraceConfig, PlannedArenaRecordingConfig,
+    PlannedArenaRecordingThroughPoolConfig, PlannedArenaRecordingOverPagesConfig,
+    VirtualMemoryPoolConfig, VirtualMemoryPoolCappedConfig, VirtualMemoryPoolEagerUnmapConfig>;
 
 using PoolConfigurations =
     ::testing::Types<PoolConfig, PoolWithInitialReservationConfig, PoolKeepingCacheOnGrowthConfig,

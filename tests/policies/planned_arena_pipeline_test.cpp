@@ -158,6 +158,35 @@ TEST(PlannedArenaPipeline, ANewShapeIsRecordedWithoutTheWarmUpsCacheOrTheIdleAre
   EXPECT_EQ(arena.stats().peak_segments, upstream.stats().peak_count);
 }
 
+// The arena a new shape's recording gave back is taken again in that recording's
+// end_step(), so the shape's second step, the first it follows, calls the upstream no more
+// than any later one.
+TEST(PlannedArenaPipeline, ASmallerShapesArenaIsTakenBackInTheStepThatRecordedIt) {
+  constexpr std::size_t kMiB = 1024 * kKiB;
+  HostResource host;
+  StatsResource upstream(host);
+  PlannedArena arena(upstream);
+  auto step = [&](std::size_t first, std::size_t second) {
+    arena.begin_step();
+    void* a = arena.allocate(first);
+    void* b = arena.allocate(second);
+    arena.free(a);
+    arena.free(b);
+    arena.end_step();
+  };
+  step(4 * kMiB, 4 * kMiB);
+  step(4 * kMiB, 4 * kMiB);
+  step(kMiB, kMiB);  // recorded: the idle arena went back for it
+  EXPECT_EQ(arena.counters().recorded_steps, 2u);
+  EXPECT_GE(arena.stats().reserved_bytes, 8 * kMiB) << "the arena is not back";
+  const std::uint64_t calls = upstream.stats().allocations + upstream.stats().deallocations;
+  step(kMiB, kMiB);
+  step(4 * kMiB, 4 * kMiB);
+  EXPECT_EQ(upstream.stats().allocations + upstream.stats().deallocations, calls);
+  EXPECT_EQ(arena.counters().planned_steps, 3u);
+  EXPECT_EQ(arena.counters().divergent_steps, 0u);
+}
+
 TEST(PlannedArenaPipeline, ArenaRefusedAfterTrimDropsThePlanAndTheStepRecords) {
   HostResource host;
   LimitResource limit(host, 8 * 1024 * kKiB);  // room for the fallback pool's 2 MiB segments

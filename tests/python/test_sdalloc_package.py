@@ -86,7 +86,8 @@ def test_stats_count_the_caching_pools_work_on_its_segments(pool):
 
 def test_mode_picks_the_pool(libraries):  # pylint: disable=unused-argument
     """Default (auto) is vmm on host memory: 100 bytes hold one 64 KiB page; mode="pool"
-    holds a 2 MiB segment; hugepages come in whole segments, so auto picks pool there."""
+    holds a 2 MiB segment; hugepages come in whole segments, so auto picks pool there; planned
+    takes its pages from a VirtualMemoryPool of 16 KiB pages where memory is virtual."""
     def reserved(built="vmm", **options):
         p = sdalloc.Pool(**options)
         assert p.mode == built, (options, p.mode)
@@ -99,7 +100,7 @@ def test_mode_picks_the_pool(libraries):  # pylint: disable=unused-argument
     assert reserved(mode="vmm") == 64 * 1024
     assert reserved("pool", mode="pool") == 2 * MiB
     assert reserved("pool", hugepages=True) == 2 * MiB
-    assert reserved("planned", mode="planned") == 2 * MiB  # the fallback's segment
+    assert reserved("planned", mode="planned") == 16 * 1024  # the fallback's page
     with pytest.raises(ValueError, match="unknown mode 'segments'"):
         sdalloc.Pool(mode="segments")
     with pytest.raises(sdalloc.SdallocError, match="mode:vmm needs memory"):

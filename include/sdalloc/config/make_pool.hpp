@@ -16,12 +16,15 @@
 //            be remapped; capacity caps its segments (a LimitResource).
 //   async    CachingPool over backend.async_segments, a device's stream-ordered allocator
 //            (cudaMallocAsync); InvalidArgument where the backend has none.
-//   planned  PlannedArena: a repeated step served from one planned arena taken from
-//            backend.segments, other requests from a CachingPool over the same capped
+//   planned  PlannedArena: a repeated step served from one planned arena. Where the backend
+//            offers virtual memory, the arena and every other request come from one
+//            VirtualMemoryPool over it (its pages move between the recording and the
+//            arena; capacity caps its chunks); elsewhere the arena is taken from
+//            backend.segments and other requests from a CachingPool over the same capped
 //            segments.
-// The cap of pool and planned is a LimitResource over the segments (PoolStack::limit), that
-// of vmm the pool's own physical cap; PoolStack::set_capacity changes either later (the
-// shim's memory fraction).
+// The cap of pool (and of planned over segments) is a LimitResource over the segments
+// (PoolStack::limit), that of vmm (and of planned over pages) the VirtualMemoryPool's own
+// physical cap; PoolStack::set_capacity changes it later (the shim's memory fraction).
 //
 // Errors: InvalidArgument for a mode the backend cannot serve or a row any pool would reject,
 // whichever mode is built (the message names the options and the field); OutOfMemory when an

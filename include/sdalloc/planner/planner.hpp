@@ -20,12 +20,13 @@
 // about a second of CPU time. With a capacity it looks for a plan that fits and stops as
 // soon as it has one; without, it minimises the arena: a search within lower_bound() first,
 // then a bisection and short probes just below the best plan (docs/planner.md), stopping
-// at the bound or the time limit.
+// at the bound (or within accept_within of it), the time limit or the search's own limit.
 //
 // Errors: malformed input (upper <= lower, a time outside [-kMaxTime, kMaxTime], size 0,
 // alignment not a power of two, duplicate ids) is an InvalidArgument naming the buffer; so
 // are sizes whose sums pass 2^64 - 1 (buffers live together, or a placement's end): all
-// offset arithmetic is checked, none wraps. validate() throws InvalidArgument naming the
+// offset arithmetic is checked, none wraps. A negative (or NaN) time limit, search time
+// limit or accept_within is an InvalidArgument too. validate() throws InvalidArgument naming the
 // two conflicting buffer ids. Everything here is pure computation and thread-compatible.
 #pragma once
 
@@ -84,6 +85,16 @@ struct PlannerOptions {
   double time_limit_seconds = 10.0;  // >= 0; above kMaxTimeLimitSeconds, that
   bool use_heuristics = true;        // run the greedy orders first
   bool use_search = true;            // then the canonical search
+  // A plan within this fraction above the lower bound is good enough: the search stops (or
+  // never starts) once it has one, as it does at the bound itself. 0: only the bound (or the
+  // capacity). A caller that plans at run time (PlannedArena) takes a plan a few parts in
+  // ten thousand above the bound at once rather than search seconds for the last bytes.
+  double accept_within = 0.0;
+  // Seconds the search may take once the greedy placements are done (the time limit still
+  // holds; above kMaxTimeLimitSeconds: that). The greedy plans are never cut by it, so a
+  // small value still gives a complete plan: PlannedArena bounds its search by a share of
+  // the step it plans.
+  double search_time_limit_seconds = kMaxTimeLimitSeconds;
   // 0: no limit; else the search stops after visiting this many nodes in all, as it does at
   // the time limit. Unlike the clock it gives the same plan on every machine and every run
   // (the fuzzers and tests that need one answer use it); the time limit still holds.

@@ -9,18 +9,32 @@
 //
 // Steps are marked by the caller: begin_step() ... end_step().
 //  - Without a plan, a step is recorded: its (rounded size, alignment) and the order of
-//    allocations and frees are noted. With record_through_upstream (the default) recorded
-//    allocations are blocks of the upstream resource itself; a freed one is cached for a
-//    later request of exactly its size (no new upstream call, no new page faults), and cached
-//    blocks go back to the upstream before it is asked for more than the step has had live at
-//    once; and what the fallback pool caches and an arena with nothing live in it go back
-//    when the recording starts. So the recording step never holds more than its own peak of
-//    live bytes (page rounding aside) beside what is live elsewhere. Otherwise (false) the
-//    fallback CachingPool serves the recording.
-//    end_step() plans the recording, returns what the fallback pool has cached (trim),
-//    reserves ONE arena of the plan's size from the upstream resource (or a larger one in
-//    place of the arena the other plans share, see below), and later steps are served from
-//    it. A step with no allocations for the arena plans nothing.
+//    allocations and frees are noted. Where its memory comes from depends on the options:
+//     * arena_from_fallback (make_pool sets it where memory is virtual): the fallback pool,
+//       a VirtualMemoryPool, serves the recording, and each arena is one allocation of that
+//       pool. The recording's freed pages move under the arena, and an arena given up for
+//       a new recording gives its pages to it, so no page is created (or faulted in) twice,
+//       and the recording holds what the pool needs for its live blocks: at most the larger
+//       of its own live peak and the arena it replaces, beside what is live elsewhere.
+//     * record_through_upstream (the default otherwise): recorded allocations are blocks of
+//       the upstream resource itself; a freed one is cached for a later request of exactly
+//       its size, and cached blocks go back to the upstream before it is asked for more than
+//       the step has had live at once; what the fallback pool caches and an arena with
+//       nothing live in it go back when the recording starts. So the recording step never
+//       holds more than its own peak of live bytes (page rounding aside) beside what is live
+//       elsewhere, but every block is new memory (on the host, pages faulted in again).
+//     * neither: the fallback CachingPool serves the recording (faster, more memory held).
+//    end_step() plans the recording (within the limits below), reserves ONE arena of the
+//    plan's size (or a larger one in place of the arena the other plans share, see below),
+//    from the fallback pool or from the upstream (then after the fallback pool's cache went
+//    back), and later steps are served from it. An arena the recording gave back is taken
+//    again there too, so the steps that follow call the memory no more than later ones. A
+//    step with no allocations for the arena plans nothing.
+//  - Planning time: a plan within plan_within of the least arena the recording allows is
+//    taken at once; otherwise the planner searches for a smaller one for at most
+//    planner_share_of_step of the recorded step's own duration (and
+//    planner_time_limit_seconds in all), so planning adds at most that share to the first
+//    step (docs/planned_arena.md).
 //  - A recording too long to plan within planner_time_limit_seconds (the planner ran out of
 //    time before its first greedy plan was complete) makes no plan: end_step() returns after
 //    about that long, and the step counts in unplanned_steps. A later recording that grows
@@ -49,8 +63,8 @@
 //    divergent from its start, since its slots could overlap memory in use.
 //  - After `replan_after_divergent_steps` divergent steps in a row a plan is dropped: the
 //    plan those steps picked, or, for steps that matched none, the least recently followed
-//    one; a later step is recorded again. The arena goes back to the upstream resource with
-//    the last plan, as soon as none of its memory is live.
+//    one; a later step is recorded again. The arena goes back (to the upstream, or to the
+//    fallback pool it came from) with the last plan, as soon as none of its memory is live.
 // Allocations outside a step go to the fallback pool and are not recorded.
 //
 // Memory the caller gives back: free(ptr, stream) needs no byte count (the C API and the
@@ -82,9 +96,10 @@
 // alignment); a free of a pointer that is not live here -> InvalidPointer; a free with
 // another byte count -> InvalidArgument; begin_step() inside a step or end_step() outside
 // one -> InvalidArgument; record_stream() or allocation_size() of a pointer that is not
-// live here -> InvalidPointer. If the arena cannot be reserved (OutOfMemory upstream) at
-// end_step(), the new plan is discarded; at begin_step() after a trim, every plan is. Both
-// are counted in arena_failures, and a later step records.
+// live here -> InvalidPointer. If the arena cannot be reserved (OutOfMemory from where it
+// comes) for a new plan at end_step(), that plan is discarded; when it cannot be taken again
+// (at begin_step() after a trim, or at the end of a recording that gave it back), every
+// plan is. Both are counted in arena_failures, and a later step records.
 #pragma once
 
 #include <cstddef>
@@ -109,6 +124,13 @@ struct PlannedArenaOptions {
   std::size_t max_plans = 4;                     // plans kept at once (steps of other shapes)
   Stream plan_stream = kDefaultStream;           // the stream whose sequence is planned
   double planner_time_limit_seconds = 1.0;       // per plan, spent inside end_step()
+  // The planner's search (after its greedy plans, which always complete within the limit
+  // above) may take at most this share of the recorded step's own duration: planning adds
+  // at most that much to the step that records. Not applied under planner_max_search_nodes.
+  double planner_share_of_step = 0.25;
+  // A plan within this fraction above the least arena the recording allows is taken at once
+  // (PlannerOptions::accept_within): no search for the last few hundred bytes.
+  double plan_within = 1.0 / 4096;
   // Also stop the planner's search after this many nodes (0: only the time limit): the same
   // plan on every machine, e.g. for tests and fuzzers (PlannerOptions::max_search_nodes).
   std::uint64_t planner_max_search_nodes = 0;
@@ -122,16 +144,24 @@ struct PlannedArenaOptions {
   // planned step does not pay a page fault per 4 KiB. Only for an upstream that hands out
   // host memory (HostResource, or adaptors over it); the cost moves into end_step().
   bool prefault_host_arena = false;
+  // Take each arena from the fallback pool, as one allocation, instead of from the upstream,
+  // and serve the recording step from the fallback pool (record_through_upstream is then
+  // not used). For a fallback that moves pages (VirtualMemoryPool: make_pool builds one
+  // where memory is virtual): the recording's freed pages move under the arena, and an
+  // arena given up for a new recording gives its pages to it, so no page is created, nor
+  // faulted in, twice, and once a shape is planned its steps make no call to the memory.
+  bool arena_from_fallback = false;
 
-  // Throws InvalidArgument for replan_after_divergent_steps == 0, a negative time limit, or
-  // bad fallback options.
+  // Throws InvalidArgument for replan_after_divergent_steps == 0, max_plans == 0, a
+  // negative time limit, share or plan_within, or bad fallback options.
   void validate() const;
 };
 
 struct PlannedArenaCounters {
   std::uint64_t planned_allocations = 0;   // served from an arena
   std::uint64_t kept_allocations = 0;      // planned, but kept past the step: fallback pool
-  std::uint64_t fallback_allocations = 0;  // served by the fallback pool (all streams)
+  std::uint64_t fallback_allocations = 0;  // served by the fallback pool (all streams), but
+                                           // not the recording's own allocations
   std::uint64_t recorded_allocations = 0;  // allocations of recorded steps (any source)
   std::uint64_t recorded_steps = 0;        // steps recorded (each produced a plan or nothing)
   std::uint64_t planned_steps = 0;         // steps begun with a plan
@@ -190,10 +220,12 @@ class PlannedArena final : public MemoryResource, public PoolLimits {
   // requests rounded to 512 bytes, or the current figure when that is more).
   PoolStats stats() const;
   void reset_peak();
-  // Bytes given back to the upstream (see "Memory the caller gives back" above).
+  // Bytes given back to the upstream, or by the fallback pool to its memory (see "Memory
+  // the caller gives back" above).
   std::size_t trim();
   // The fallback pool's segments, each arena as one segment (its live buffers as blocks,
-  // the rest free), and each direct block of a recording as a segment of its own.
+  // the rest free; an arena of the fallback pool in place of the pool's block that holds
+  // it), and each direct block of a recording as a segment of its own.
   PoolLayout layout() const;
   PlannedArenaCounters counters() const;
   AnyPool& fallback_pool();

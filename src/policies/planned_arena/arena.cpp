@@ -13,13 +13,14 @@ namespace sdalloc::planned_arena_detail {
 
 // ---- Arena: one reservation and which slot lives where ----------------------------------
 
-Arena::Arena(Stream stream, std::size_t size, std::size_t alignment)
+Arena::Arena(Stream stream, std::size_t size, std::size_t alignment, bool aligned_source)
     : stream_(stream),
       size_(size),
       alignment_(alignment),
       // The upstream guarantees kMinAlignment; stricter planned alignments need slack to
       // align the base.
-      segment_bytes_(size + (alignment > kMinAlignment ? alignment - kMinAlignment : 0)) {}
+      segment_bytes_(
+          size + (!aligned_source && alignment > kMinAlignment ? alignment - kMinAlignment : 0)) {}
 
 void Arena::occupy(std::shared_ptr<const StepPlan> plan) {
   occupant_.assign(plan->offsets.size(), -1);
@@ -83,24 +84,27 @@ void Arena::check_invariants() const {
   if (count != 0 && !reserved()) broken("live buffers in a released arena");
 }
 
+void Arena::add_blocks(std::vector<BlockLayout>& blocks, std::uintptr_t end) const {
+  std::uintptr_t at = reinterpret_cast<std::uintptr_t>(segment_);
+  for (std::size_t i = 0; i < occupant_.size(); ++i) {
+    if (occupant_[i] < 0) continue;
+    const auto k = static_cast<std::size_t>(occupant_[i]);
+    const std::size_t rounded = plan_->slots[k].rounded;
+    const std::uintptr_t start = base_ + plan_->offsets[i];
+    if (start > at) blocks.push_back({at, start - at, 0, BlockState::kFree});
+    blocks.push_back({start, rounded, requested_[k], BlockState::kLive});
+    at = start + rounded;
+  }
+  if (end > at) blocks.push_back({at, end - at, 0, BlockState::kFree});
+}
+
 void Arena::add_layout(PoolLayout& layout) const {
   if (!reserved()) return;
   SegmentLayout segment;
   segment.address = reinterpret_cast<std::uintptr_t>(segment_);
   segment.size = segment_bytes_;
   segment.stream = stream_;
-  std::uintptr_t at = segment.address;
-  for (std::size_t i = 0; i < occupant_.size(); ++i) {
-    if (occupant_[i] < 0) continue;
-    const auto k = static_cast<std::size_t>(occupant_[i]);
-    const std::size_t rounded = plan_->slots[k].rounded;
-    const std::uintptr_t start = base_ + plan_->offsets[i];
-    if (start > at) segment.blocks.push_back({at, start - at, 0, BlockState::kFree});
-    segment.blocks.push_back({start, rounded, requested_[k], BlockState::kLive});
-    at = start + rounded;
-  }
-  const std::uintptr_t end = segment.address + segment.size;
-  if (end > at) segment.blocks.push_back({at, end - at, 0, BlockState::kFree});
+  add_blocks(segment.blocks, segment.address + segment.size);
   layout.segments.push_back(std::move(segment));
 }
 
@@ -119,7 +123,7 @@ bool SharedArena::holds(const StepPlan& plan) const {
 bool SharedArena::grow_for(const StepPlan& plan, Stream stream, bool no_plans_left) {
   auto arena = std::make_unique<Arena>(
       stream, std::max(plan.size, current_ ? current_->size() : 0),
-      std::max(plan.alignment, current_ ? current_->alignment() : kRounding));
+      std::max(plan.alignment, current_ ? current_->alignment() : kRounding), from_pool_);
   // An empty old arena's memory goes first, so that the upstream never holds both. Should
   // the new arena be refused, the old one stays for the plans there are (reserved again
   // at the next begin_step() if it was released here).
@@ -157,17 +161,22 @@ std::size_t SharedArena::trim() {
 
 // Takes the arena's memory from the upstream; false (counted) when it is refused.
 bool SharedArena::reserve(Arena& arena) {
-  // What the fallback pool cached is not needed once the arena serves the step; returning
-  // it first keeps the peak at the arena, not arena + cache.
-  pool_.trim();
   try {
-    arena.segment_ = upstream_.allocate(arena.segment_bytes_, arena.stream_);
+    if (from_pool_) {
+      // The pool moves its free pages (the recording's) under the arena: nothing to trim.
+      arena.segment_ = pool_.allocate(arena.segment_bytes_, arena.alignment_, arena.stream_);
+    } else {
+      // What the fallback pool cached is not needed once the arena serves the step;
+      // returning it first keeps the peak at the arena, not arena + cache.
+      pool_.trim();
+      arena.segment_ = upstream_.allocate(arena.segment_bytes_, arena.stream_);
+    }
   } catch (const OutOfMemory&) {
     ++figures_.failures;
     return false;
   }
   ++figures_.reservations;
-  if (prefault_ && !prefault_host_pages(arena.segment_, arena.segment_bytes_)) {
+  if (prefault_ && !from_pool_ && !prefault_host_pages(arena.segment_, arena.segment_bytes_)) {
     // Only a speed-up: the pages will still be faulted in on first use.
     ++figures_.prefault_failures;
   }
@@ -180,7 +189,11 @@ void SharedArena::release(Arena& arena) {
   wait_for_users();
   // The arena leaves the books whatever the upstream answers: one it refuses is left to it.
   try {
-    upstream_.deallocate(arena.segment_, arena.segment_bytes_, arena.stream_);
+    if (from_pool_) {
+      pool_.deallocate(arena.segment_, arena.segment_bytes_, arena.stream_);
+    } else {
+      upstream_.deallocate(arena.segment_, arena.segment_bytes_, arena.stream_);
+    }
     ++figures_.releases;
   } catch (...) {
     ++figures_.failed_releases;
@@ -252,8 +265,33 @@ ArenaFigures SharedArena::figures() const {
 }
 
 void SharedArena::add_layout(PoolLayout& layout) const {
+  if (from_pool_) {
+    if (current_) splice(*current_, layout);
+    for (const auto& arena : retired_) splice(*arena, layout);
+    return;
+  }
   if (current_) current_->add_layout(layout);
   for (const auto& arena : retired_) arena->add_layout(layout);
+}
+
+// The pool's live block that is the arena becomes the arena's own blocks (the pool may have
+// rounded it up: the rest is free).
+void SharedArena::splice(const Arena& arena, PoolLayout& layout) {
+  if (!arena.reserved()) return;
+  const auto address = reinterpret_cast<std::uintptr_t>(arena.segment_);
+  for (SegmentLayout& segment : layout.segments) {
+    if (address < segment.address || address >= segment.address + segment.size) continue;
+    std::vector<BlockLayout>& blocks = segment.blocks;
+    const auto it = std::find_if(blocks.begin(), blocks.end(), [&](const BlockLayout& b) {
+      return b.address == address && b.state == BlockState::kLive;
+    });
+    if (it == blocks.end()) return;
+    std::vector<BlockLayout> tiles;
+    arena.add_blocks(tiles, it->address + it->size);
+    const auto at = blocks.erase(it);
+    blocks.insert(at, tiles.begin(), tiles.end());
+    return;
+  }
 }
 
 void SharedArena::check_invariants() const {

@@ -17,8 +17,10 @@
 //  - Memory freed for other streams (record_stream, a free on another stream) is reused,
 //    and arena memory released, only after wait_for_users(): begin_step and every release
 //    wait for the events noted with add_users().
-//  - Before an arena is reserved the fallback pool's cache goes back, so the upstream holds
-//    the arena, not arena + cache. The destructor waits and releases every arena.
+//  - An arena taken from the upstream is reserved only after the fallback pool's cache went
+//    back, so the upstream holds the arena, not arena + cache. An arena taken from the pool
+//    (from_pool) is one of its allocations: the pool serves it from the pages it has. The
+//    destructor waits and releases every arena.
 // Not thread-safe: PlannedArena's mutex guards it.
 #pragma once
 
@@ -39,7 +41,9 @@ namespace sdalloc::planned_arena_detail {
 
 class Arena {
  public:
-  Arena(Stream stream, std::size_t size, std::size_t alignment);
+  // `aligned_source`: what the memory comes from honours `alignment` itself (a pool), so the
+  // reservation needs no slack to align its base.
+  Arena(Stream stream, std::size_t size, std::size_t alignment, bool aligned_source = false);
 
   bool reserved() const { return segment_ != nullptr; }
   bool contains(std::uintptr_t p) const { return reserved() && p >= base_ && p < base_ + size_; }
@@ -66,6 +70,9 @@ class Arena {
 
   // The arena as one segment: its live buffers as blocks, the rest free.
   void add_layout(PoolLayout& layout) const;
+  // Its live buffers and the free space between them, in address order, from its start up
+  // to `end` (its end, or past it).
+  void add_blocks(std::vector<BlockLayout>& blocks, std::uintptr_t end) const;
   // Live count and bytes agree with the occupants, every occupant is a slot of the plan
   // inside the arena, and live buffers only in reserved memory; throws Error otherwise.
   void check_invariants() const;
@@ -89,16 +96,25 @@ class Arena {
 
 class SharedArena {
  public:
-  // `pool` is the fallback pool, trimmed before each reservation; prefault: fault the pages
-  // of each reserved arena in (PlannedArenaOptions::prefault_host_arena).
-  SharedArena(MemoryResource& upstream, AnyPool& pool, StreamEvents& events, bool prefault)
-      : upstream_(upstream), pool_(pool), events_(events), prefault_(prefault) {}
+  // `pool` is the fallback pool. from_pool: each arena is one allocation of the pool
+  // (PlannedArenaOptions::arena_from_fallback); otherwise it is taken from `upstream`, and
+  // the pool is trimmed before each reservation. prefault: fault the pages of each arena
+  // taken from the upstream in (PlannedArenaOptions::prefault_host_arena).
+  SharedArena(MemoryResource& upstream, AnyPool& pool, StreamEvents& events, bool prefault,
+              bool from_pool = false)
+      : upstream_(upstream),
+        pool_(pool),
+        events_(events),
+        prefault_(prefault),
+        from_pool_(from_pool) {}
   ~SharedArena();
   SharedArena(const SharedArena&) = delete;
   SharedArena& operator=(const SharedArena&) = delete;
 
   // The arena the plans share; nullptr without plans.
   Arena* current() const { return current_.get(); }
+  // The arenas are allocations of the fallback pool (counted in its figures).
+  bool from_pool() const { return from_pool_; }
   // Bytes the largest plan needs (0 without an arena).
   std::size_t size() const { return current_ ? current_->size() : 0; }
   // The current arena is as large and as strictly aligned as `plan` needs.
@@ -127,6 +143,8 @@ class SharedArena {
   void wait_for_users();
 
   ArenaFigures figures() const;
+  // Each arena as a segment of its own; arenas of the pool (from_pool) replace the block
+  // that is each of them in the pool's `layout` by their own blocks.
   void add_layout(PoolLayout& layout) const;
   // Every arena's check_invariants().
   void check_invariants() const;
@@ -134,6 +152,7 @@ class SharedArena {
  private:
   bool reserve(Arena& arena);
   void release(Arena& arena);
+  static void splice(const Arena& arena, PoolLayout& layout);
   std::size_t reserved_count() const;
   template <typename F>
   std::size_t sum(F figure) const;
@@ -142,6 +161,7 @@ class SharedArena {
   AnyPool& pool_;
   StreamEvents& events_;
   const bool prefault_;
+  const bool from_pool_;
   std::unique_ptr<Arena> current_;
   std::vector<std::unique_ptr<Arena>> retired_;
   std::vector<StreamEvents::Event> waits_;

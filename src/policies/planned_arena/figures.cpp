@@ -34,8 +34,17 @@ void LiveGauge::reset_peak() {
 
 PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
                         const ArenaFigures& arenas, const ResourceStats& held,
-                        const LiveGauge& live) {
+                        const LiveGauge& live, bool arenas_in_pool) {
   PoolStats s = pool;
+  if (arenas_in_pool) {
+    // The pool counts each arena as one live allocation of reserved_bytes; the arenas'
+    // buffers are what is live there.
+    s.live_bytes -= arenas.reserved_bytes;
+    s.allocated_bytes -= std::min(s.allocated_bytes, arenas.reserved_bytes);
+    s.live_allocations -= arenas.arenas;
+    s.allocations -= arenas.reservations;
+    s.frees -= arenas.releases;
+  }
   s.live_bytes += arenas.live_bytes + recording.live_bytes;
   s.allocated_bytes += recording.live_rounded_bytes;
   s.reserved_bytes += recording.held_bytes;
@@ -48,17 +57,20 @@ PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
   s.failed_releases += recording.failed_releases;
 
   s.allocated_bytes += arenas.allocated_bytes;
-  s.reserved_bytes += arenas.reserved_bytes;
-  // Measured under all three sources (figures.hpp), never below what is reserved now.
-  s.peak_reserved_bytes = std::max(held.peak_bytes, s.reserved_bytes);
+  if (!arenas_in_pool) s.reserved_bytes += arenas.reserved_bytes;
+  // Measured under all three sources (figures.hpp), or by a pool that takes its memory
+  // elsewhere (pages of a VirtualMemory); never below what is reserved now.
+  s.peak_reserved_bytes = std::max({held.peak_bytes, pool.peak_reserved_bytes, s.reserved_bytes});
   s.live_allocations += arenas.live_allocations;
   s.allocations += arenas.allocations;
   s.frees += arenas.frees;
-  s.segments += arenas.arenas;
+  if (!arenas_in_pool) {
+    s.segments += arenas.arenas;
+    s.segment_allocations += arenas.reservations;
+    s.segment_releases += arenas.releases;
+  }
   // Ranges held at once, counted in the same place; never below what is held now.
-  s.peak_segments = std::max(held.peak_count, s.segments);
-  s.segment_allocations += arenas.reservations;
-  s.segment_releases += arenas.releases;
+  s.peak_segments = std::max({held.peak_count, pool.peak_segments, s.segments});
   s.failed_releases += arenas.failed_releases;
   // Measured at PlannedArena's allocate and free (LiveGauge), never below the current sums.
   s.peak_live_bytes = std::max(live.peak_live_bytes(), s.live_bytes);

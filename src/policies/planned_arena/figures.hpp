@@ -79,9 +79,12 @@ class LiveGauge {
 };
 
 // The fallback pool's stats with both other sources added; the reserved and segment peaks
-// from `held` (the StatsResource under all three), the live peaks from `live`.
+// from `held` (the StatsResource under all three) or the pool's, whichever is more, the live
+// peaks from `live`. arenas_in_pool: the arenas are allocations of the pool
+// (PlannedArenaOptions::arena_from_fallback), already in its reserved bytes and segments,
+// and counted there as live blocks: the arenas' own live buffers replace them.
 PoolStats combine_stats(PoolStats pool, const RecordingBlockFigures& recording,
                         const ArenaFigures& arenas, const ResourceStats& held,
-                        const LiveGauge& live);
+                        const LiveGauge& live, bool arenas_in_pool = false);
 
 }  // namespace sdalloc::planned_arena_detail

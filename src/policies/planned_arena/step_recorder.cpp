@@ -3,11 +3,10 @@
 
 #include <algorithm>
 
-#include "sdalloc/planner/planner.hpp"
-
 namespace sdalloc::planned_arena_detail {
 
 void StepRecorder::start() {
+  started_ = std::chrono::steady_clock::now();
   recording_ = true;
   gave_up_ = false;
   slots_.clear();
@@ -41,8 +40,19 @@ void StepRecorder::record_free(void* p) {
   live_.erase(it);
 }
 
+double StepRecorder::seconds_recorded() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+}
+
 std::shared_ptr<StepPlan> StepRecorder::finish(double planner_time_limit_seconds,
                                                std::uint64_t planner_max_search_nodes) {
+  PlannerOptions planner_options;
+  planner_options.time_limit_seconds = planner_time_limit_seconds;
+  planner_options.max_search_nodes = planner_max_search_nodes;
+  return finish(planner_options);
+}
+
+std::shared_ptr<StepPlan> StepRecorder::finish(const PlannerOptions& planner_options) {
   recording_ = false;  // first: should planning throw, the step is no longer recorded
   gave_up_ = false;
   live_.clear();
@@ -63,9 +73,6 @@ std::shared_ptr<StepPlan> StepRecorder::finish(double planner_time_limit_seconds
     planned->alignment = std::max(planned->alignment, s.alignment);
   }
   if (buffers.empty()) return nullptr;  // nothing for an arena
-  PlannerOptions planner_options;
-  planner_options.time_limit_seconds = planner_time_limit_seconds;
-  planner_options.max_search_nodes = planner_max_search_nodes;
   const PlanResult result = plan(buffers, planner_options);
   if (result.cut_short) {
     gave_up_ = true;

@@ -11,6 +11,7 @@
 // allocated_at and freed_at index events_. Not thread-safe: PlannedArena's mutex guards it.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -18,8 +19,16 @@
 #include <vector>
 
 #include "policies/planned_arena/step_plan.hpp"
+#include "sdalloc/planner/planner.hpp"
+#include "sdalloc/policies/planned_arena.hpp"
 
 namespace sdalloc::planned_arena_detail {
+
+// The planner's options for a recording that ran `seconds_recorded`: the time and node
+// limits of `options`, plan_within as accept_within, and a search that takes at most
+// planner_share_of_step of the recording's duration (none of it under a node limit, which
+// is there for the same plan on every machine). Defined in options.cpp.
+PlannerOptions planner_options_of(const PlannedArenaOptions& options, double seconds_recorded);
 
 class StepRecorder {
  public:
@@ -39,6 +48,10 @@ class StepRecorder {
   // would stack most buffers one over another). Such a step records again.
   std::shared_ptr<StepPlan> finish(double planner_time_limit_seconds,
                                    std::uint64_t planner_max_search_nodes = 0);
+  // The same with the planner's options as they are (capacity and progress are not used).
+  std::shared_ptr<StepPlan> finish(const PlannerOptions& planner_options);
+  // Seconds since start(): how long the step being recorded has run.
+  double seconds_recorded() const;
   bool gave_up() const { return gave_up_; }
   // Ends the recording without planning it.
   void abandon();
@@ -46,6 +59,7 @@ class StepRecorder {
   std::size_t event_count() const { return events_.size(); }
 
  private:
+  std::chrono::steady_clock::time_point started_;
   bool recording_ = false;
   bool gave_up_ = false;  // the last finish() ran out of planning time
   std::vector<Slot> slots_;

@@ -54,7 +54,11 @@ class PoolTarget final : public ReplayTarget {
     return text;
   }
   std::uint64_t memory_calls() const override {
-    if (VirtualMemoryPool* vmm = stack_->pool->vmm()) {
+    VirtualMemoryPool* vmm = stack_->pool->vmm();
+    // A planned arena over virtual memory takes its pages (and its arenas) from a
+    // VirtualMemoryPool: its calls are that pool's.
+    if (PlannedArena* arena = stack_->pool->planned()) vmm = arena->fallback_pool().vmm();
+    if (vmm != nullptr) {
       const VirtualMemoryPoolStats s = vmm->vm_stats();
       return s.maps + s.unmaps + s.moves;
     }
