@@ -67,6 +67,7 @@ TEST(OrtAllocatorThreads, ConcurrentCallsKeepCountsAndMemoryApart) {
   std::atomic<int> damaged{0};
   std::atomic<bool> done{false};
   std::atomic<int> stats_calls{0};
+  std::atomic<int> attempts{0};
   // ORT asks for stats while runs allocate (a profiler, a log line): read them throughout.
   std::thread reader([&] {
     const OrtApi& api = ort_api();
@@ -77,9 +78,13 @@ TEST(OrtAllocatorThreads, ConcurrentCallsKeepCountsAndMemoryApart) {
         api.ReleaseKeyValuePairs(kvps);
         stats_calls.fetch_add(1);
       }
+      attempts.fetch_add(1);
       std::this_thread::yield();
     }
   });
+  // The workers start once the reader has tried a read: on a loaded machine they could
+  // otherwise finish before it is first scheduled, and nothing would be read while they ran.
+  while (attempts.load() == 0) std::this_thread::yield();
   std::vector<std::thread> workers;
   workers.reserve(kThreads);
   for (int id = 0; id < kThreads; ++id) workers.emplace_back(churn, a, id, std::ref(damaged));
