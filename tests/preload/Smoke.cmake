@@ -66,7 +66,7 @@ add_test(NAME preload_smoke_pytest COMMAND ${_expect} " passed" "${_report}" -- 
      '${PROJECT_SOURCE_DIR}/tests/python'; rc=$?; cat '${_pytest_report}'; exit $rc")
 set_tests_properties(preload_smoke_pytest PROPERTIES
   ENVIRONMENT "LD_PRELOAD=${_preload};SDALLOC_PRELOAD_CONF=report:${_pytest_report};SDALLOC_LIBRARY_DIR=${PROJECT_BINARY_DIR}/src"
-  LABELS preload_smoke TIMEOUT 300)
+  LABELS preload_smoke TIMEOUT 600)
 foreach(t torch git cmake_build gcc two_ranks planned_loop)
   set_tests_properties(preload_smoke_${t} PROPERTIES ENVIRONMENT "${_smoke_env}"
                                                      LABELS preload_smoke TIMEOUT 180)
