@@ -3,7 +3,8 @@
 //
 // The input picks a pool - CachingPool or PlannedArena over HeapResource, VirtualMemoryPool
 // over HeapVirtualMemory (heap_resources.hpp: no system calls, the contract checked; it
-// moves mappings or not, as a bit of the failure seed says), each
+// moves mappings or not, as a bit of the failure seed says), or PlannedArena over pages of
+// such a VirtualMemoryPool (another bit of the seed), each
 // through a fault-injecting adaptor (support/fault_injection.hpp) that fails each call with
 // a chance the input sets - small options, and up to 96 operations: allocate (aligned,
 // several streams), free, deallocate with the wrong size, record_stream, trim, begin and
@@ -29,6 +30,7 @@
 
 #include "fuzz/heap_resources.hpp"
 #include "sdalloc/core/errors.hpp"
+#include "sdalloc/policies/any_pool.hpp"
 #include "sdalloc/policies/caching_pool.hpp"
 #include "sdalloc/policies/planned_arena.hpp"
 #include "sdalloc/policies/virtual_memory_pool.hpp"
@@ -308,6 +310,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // runs from it: 38-40 s with 8, 42-49 s with 64).
   planned.planner_time_limit_seconds = 10.0;
   planned.planner_max_search_nodes = 8;
+  if (((failure_seed >> 9) & 1) != 0) {
+    // Over pages, as make_pool builds it where memory is virtual (arena_from_fallback): the
+    // fallback is a VirtualMemoryPool over failing virtual memory, each arena one of its
+    // allocations, pages moving between the recording and the arena. From a bit of the seed,
+    // so the corpus keeps its meaning.
+    fuzz::HeapVirtualMemory memory(cap, /*moves=*/((failure_seed >> 7) & 1) != 0);
+    test::FaultInjectingVirtualMemory faulty_memory(memory, faults);
+    VirtualMemoryPoolOptions pages;
+    pages.page_size = std::size_t{4096} << (failure_seed >> 10 & 3);
+    pages.range_size = std::size_t{1} << 20;
+    pages.growth_slack = 0.0;
+    planned.arena_from_fallback = true;
+    try {
+      PlannedArena pool(faulty, planned,
+                        [&faulty_memory, pages](MemoryResource&, const CachingPoolOptions&) {
+                          return std::make_unique<PoolOf<VirtualMemoryPool>>(faulty_memory, pages);
+                        });
+      Harness<PlannedArena>(pool, &memory, faults).run(in);
+    } catch (const InvalidArgument&) {  // options the pools refuse
+    }
+    return 0;
+  }
   PlannedArena pool(faulty, planned);
   Harness<PlannedArena>(pool, nullptr, faults).run(in);
   return 0;

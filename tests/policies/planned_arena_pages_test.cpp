@@ -25,6 +25,7 @@
 #include "sdalloc/policies/virtual_memory_pool.hpp"
 #include "sdalloc/resources/host_resource.hpp"
 #include "sdalloc/resources/host_virtual_memory.hpp"
+#include "support/fault_injection.hpp"
 
 namespace sdalloc {
 namespace {
@@ -296,6 +297,54 @@ TEST(PlannedArenaPages, ThePlannersSearchTakesAtMostItsShareOfTheRecordedStep) {
   options.planner_share_of_step = 1e9;
   options.plan_within = 1.0;
   EXPECT_LT(seconds_of_end_step(options, step), 0.3);
+}
+
+// An arena the memory fails to map (not a lack of memory: an Error the pool rolled back)
+// gives up the plans, not the step: begin_step() returns, the failure is counted, and later
+// steps record and plan again once the memory works. (A fuzzer finding: the map's Error
+// left begin_step.)
+TEST(PlannedArenaPages, AnArenaTheMemoryFailsToMapGivesUpThePlansNotTheStep) {
+  HostVirtualMemory host;
+  test::FaultPlan faults;
+  test::FaultInjectingVirtualMemory memory(host, faults);
+  HostResource upstream;
+  PlannedArenaOptions options;
+  options.arena_from_fallback = true;
+  options.planner_max_search_nodes = 10000;
+  PlannedArena arena(
+      upstream, options,
+      [&memory](MemoryResource&, const CachingPoolOptions&) -> std::unique_ptr<AnyPool> {
+        VirtualMemoryPoolOptions vm;
+        vm.page_size = kPage;
+        vm.growth_slack = 0.0;
+        return std::make_unique<PoolOf<VirtualMemoryPool>>(memory, vm);
+      });
+  const auto step = [&arena] {
+    arena.begin_step();
+    void* a = arena.allocate(4 * kPage);
+    void* b = arena.allocate(8 * kPage);
+    arena.deallocate(a, 4 * kPage);
+    arena.deallocate(b, 8 * kPage);
+    arena.end_step();
+  };
+  for (int i = 0; i < 2; ++i) step();
+  ASSERT_TRUE(arena.has_plan());
+  EXPECT_GT(arena.trim(), 0u);  // the idle arena's pages go back to the memory
+
+  faults.count_only({test::ResourceCall::kMap});
+  faults.fail_randomly(65536, 1);  // every map fails
+  EXPECT_NO_THROW(arena.begin_step());
+  EXPECT_GT(faults.failures(), 0u);
+  EXPECT_EQ(arena.counters().arena_failures, 1u);
+  EXPECT_FALSE(arena.has_plan());
+  arena.end_step();
+  EXPECT_NO_THROW(arena.check_invariants());
+  EXPECT_EQ(arena.stats().live_bytes, 0u);
+
+  faults.disarm();
+  for (int i = 0; i < 3; ++i) step();
+  EXPECT_TRUE(arena.has_plan());
+  EXPECT_NO_THROW(arena.check_invariants());
 }
 
 TEST(PlannedArenaPages, BadPlanningSharesAreRejected) {

@@ -96,8 +96,9 @@
 // alignment); a free of a pointer that is not live here -> InvalidPointer; a free with
 // another byte count -> InvalidArgument; begin_step() inside a step or end_step() outside
 // one -> InvalidArgument; record_stream() or allocation_size() of a pointer that is not
-// live here -> InvalidPointer. If the arena cannot be reserved (OutOfMemory from where it
-// comes) for a new plan at end_step(), that plan is discarded; when it cannot be taken again
+// live here -> InvalidPointer. If the arena cannot be reserved (OutOfMemory, or another
+// Error of the memory it comes from, such as a failed map the pool rolled back) for a new
+// plan at end_step(), that plan is discarded; when it cannot be taken again
 // (at begin_step() after a trim, or at the end of a recording that gave it back), every
 // plan is. Both are counted in arena_failures, and a later step records.
 #pragma once

@@ -159,7 +159,9 @@ std::size_t SharedArena::trim() {
   return released;
 }
 
-// Takes the arena's memory from the upstream; false (counted) when it is refused.
+// Takes the arena's memory from the upstream or the pool; false (counted) when it is refused:
+// for a lack of memory, or any other failure of the memory beneath (a map the pool rolled
+// back), which leaves the source as it was, so the plan is given up rather than the step.
 bool SharedArena::reserve(Arena& arena) {
   try {
     if (from_pool_) {
@@ -171,7 +173,7 @@ bool SharedArena::reserve(Arena& arena) {
       pool_.trim();
       arena.segment_ = upstream_.allocate(arena.segment_bytes_, arena.stream_);
     }
-  } catch (const OutOfMemory&) {
+  } catch (const Error&) {
     ++figures_.failures;
     return false;
   }
