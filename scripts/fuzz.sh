@@ -81,7 +81,13 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 mkdir -p "$build/findings"
 ledger=$root/tests/fuzz/ledger.tsv
-commit=$(git -C "$root" describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)
+# The commit fuzzed; -dirty when code differs from it (what a session itself writes, the
+# corpora and the ledger, does not count).
+commit=$(git -C "$root" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)
+if [[ $commit != unknown ]] && ! git -C "$root" diff --quiet HEAD -- . ':!tests/fuzz/corpus' \
+  ':!tests/fuzz/ledger.tsv' 2>/dev/null; then
+  commit+=-dirty
+fi
 if [[ $keep == 1 && ! -s $ledger ]]; then
   printf 'ended_utc\tcommit\tfuzzer\tseconds\texecutions\tcorpus_files\tresult\n' >"$ledger"
 fi
