@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from sd_unet import ddim_step, ddim_timesteps, positive, which_blas
+from sd_unet import ddim_timesteps, positive, timed_ddim, which_blas
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -294,21 +294,8 @@ def denoise(model, args, cond, uncond, tag, describe, extra=None):
             eps = unconditional + args.cfg_scale * (conditional - unconditional)
         return eps
 
-    step_seconds, warmup_seconds = [], []
-    with torch.inference_mode():
-        for _ in range(args.warmup):
-            start = time.perf_counter()
-            predict_noise(latents, timesteps[0])
-            warmup_seconds.append(time.perf_counter() - start)
-            print(f"{tag}: warm-up forward {warmup_seconds[-1]:.3f} s", flush=True)
-        for i, t in enumerate(timesteps):
-            start = time.perf_counter()
-            eps = predict_noise(latents, t)
-            t_prev = timesteps[i + 1] if i + 1 < len(timesteps) else -1
-            latents = ddim_step(latents, eps, t, t_prev, alphas)
-            step_seconds.append(time.perf_counter() - start)
-            print(f"{tag}: step {i + 1}/{len(timesteps)} t={t} {step_seconds[-1]:.3f} s",
-                  flush=True)
+    latents, step_seconds, warmup_seconds = timed_ddim(predict_noise, latents, timesteps,
+                                                       alphas, args.warmup, tag)
     result = latents.contiguous()
     digest = hashlib.sha256(result.numpy().tobytes()).hexdigest()
     report = {

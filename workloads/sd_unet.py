@@ -303,6 +303,28 @@ def ddim_step(latents, eps, t, t_prev, alphas):
     return a_prev ** 0.5 * x0 + (1.0 - a_prev) ** 0.5 * eps
 
 
+def timed_ddim(predict_noise, latents, timesteps, alphas, warmup, tag):
+    """The timed denoising loop of the workloads: `warmup` forwards at the first timestep
+    (outputs dropped), then one DDIM step per timestep, each printed as `tag: step ...`.
+    Returns the last latents, the step times and the warm-up times, in seconds."""
+    step_seconds, warmup_seconds = [], []
+    with torch.inference_mode():
+        for _ in range(warmup):
+            start = time.perf_counter()
+            predict_noise(latents, timesteps[0])
+            warmup_seconds.append(time.perf_counter() - start)
+            print(f"{tag}: warm-up forward {warmup_seconds[-1]:.3f} s", flush=True)
+        for i, t in enumerate(timesteps):
+            start = time.perf_counter()
+            eps = predict_noise(latents, t)
+            t_prev = timesteps[i + 1] if i + 1 < len(timesteps) else -1
+            latents = ddim_step(latents, eps, t, t_prev, alphas)
+            step_seconds.append(time.perf_counter() - start)
+            print(f"{tag}: step {i + 1}/{len(timesteps)} t={t} {step_seconds[-1]:.3f} s",
+                  flush=True)
+    return latents, step_seconds, warmup_seconds
+
+
 def which_blas():
     """What torch multiplies through: the build's BLAS_INFO and the BLAS libraries mapped."""
     torch.ones(64, 64) @ torch.ones(64, 64)  # make sure the BLAS is loaded
@@ -348,21 +370,8 @@ def run(args):
             eps = uncond + args.guidance * (cond - uncond)
         return eps
 
-    step_seconds, warmup_seconds = [], []
-    with torch.inference_mode():
-        for _ in range(args.warmup):
-            start = time.perf_counter()
-            predict_noise(latents, timesteps[0])
-            warmup_seconds.append(time.perf_counter() - start)
-            print(f"sd_unet: warm-up forward {warmup_seconds[-1]:.3f} s", flush=True)
-        for i, t in enumerate(timesteps):
-            start = time.perf_counter()
-            eps = predict_noise(latents, t)
-            t_prev = timesteps[i + 1] if i + 1 < len(timesteps) else -1
-            latents = ddim_step(latents, eps, t, t_prev, alphas)
-            step_seconds.append(time.perf_counter() - start)
-            print(f"sd_unet: step {i + 1}/{len(timesteps)} t={t} {step_seconds[-1]:.3f} s",
-                  flush=True)
+    latents, step_seconds, warmup_seconds = timed_ddim(predict_noise, latents, timesteps,
+                                                       alphas, args.warmup, "sd_unet")
     result = latents.contiguous()
     digest = hashlib.sha256(result.numpy().tobytes()).hexdigest()
     report = {
