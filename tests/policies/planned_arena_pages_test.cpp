@@ -42,18 +42,23 @@ struct Op {
 Op A(int id, std::size_t pages) { return Op{true, id, pages}; }
 Op F(int id) { return Op{false, id}; }
 
-// A PlannedArena whose fallback pool is a VirtualMemoryPool of kPage pages with no growth
-// slack over the host's memfd, the arenas its allocations: what make_pool builds.
+// The fallback pool make_pool gives a planned arena where memory is virtual: a
+// VirtualMemoryPool of kPage pages with no growth slack over `memory`.
+PlannedArena::FallbackMaker pages_of(VirtualMemory& memory) {
+  return [&memory](MemoryResource&, const CachingPoolOptions&) -> std::unique_ptr<AnyPool> {
+    VirtualMemoryPoolOptions vm;
+    vm.page_size = kPage;
+    vm.growth_slack = 0.0;
+    return std::make_unique<PoolOf<VirtualMemoryPool>>(memory, vm);
+  };
+}
+
+// A PlannedArena over pages_of() the host's memfd, the arenas the pool's allocations: what
+// make_pool builds.
 class PagedArena {
  public:
   explicit PagedArena(PlannedArenaOptions options = {})
-      : arena_(upstream_, with_pages(options),
-               [this](MemoryResource&, const CachingPoolOptions&) -> std::unique_ptr<AnyPool> {
-                 VirtualMemoryPoolOptions vm;
-                 vm.page_size = kPage;
-                 vm.growth_slack = 0.0;
-                 return std::make_unique<PoolOf<VirtualMemoryPool>>(memory_, vm);
-               }) {}
+      : arena_(upstream_, with_pages(options), pages_of(memory_)) {}
 
   PlannedArena& arena() { return arena_; }
   VirtualMemoryPool& pages() { return *arena_.fallback_pool().vmm(); }
@@ -311,14 +316,7 @@ TEST(PlannedArenaPages, AnArenaTheMemoryFailsToMapGivesUpThePlansNotTheStep) {
   PlannedArenaOptions options;
   options.arena_from_fallback = true;
   options.planner_max_search_nodes = 10000;
-  PlannedArena arena(
-      upstream, options,
-      [&memory](MemoryResource&, const CachingPoolOptions&) -> std::unique_ptr<AnyPool> {
-        VirtualMemoryPoolOptions vm;
-        vm.page_size = kPage;
-        vm.growth_slack = 0.0;
-        return std::make_unique<PoolOf<VirtualMemoryPool>>(memory, vm);
-      });
+  PlannedArena arena(upstream, options, pages_of(memory));
   const auto step = [&arena] {
     arena.begin_step();
     void* a = arena.allocate(4 * kPage);
