@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -93,6 +94,30 @@ TEST(VirtualMemoryTraceReplayPasses, ALaterPassMovesFewPages) {
     EXPECT_LE(ratio(moved, live_pages), 0.5);
     EXPECT_LE(ratio(pass.after.peak_physical_bytes, peak_live), kMaxPeakRatio);
   }
+}
+
+// A loop that moves pages in every pass makes about as many move calls in its tenth pass as
+// in its third. Moved pages go under a request in the order of their chunks' handles, so
+// pages whose chunks follow each other end up side by side and move together next time; in
+// address order each move laid runs from several places side by side, and the calls per
+// pass grew with every pass (docs/notebook/virtual_memory_pool.md).
+TEST(VirtualMemoryTraceReplayPasses, TheMoveCallsOfALoopDoNotGrowWithThePasses) {
+  const EventTrace trace =
+      read_event_trace(std::string(SDALLOC_DATA_DIR "/traces/") + "rec_tv_resnet50_b4_224.csv");
+  HostVirtualMemory memory;
+  VirtualMemoryPool pool(memory);
+  std::vector<std::uint64_t> moves{0};
+  for (int pass = 0; pass < 10; ++pass) {
+    ASSERT_TRUE(replay(trace, pool)) << "pass " << pass + 1;
+    moves.push_back(pool.vm_stats().moves);
+  }
+  const std::uint64_t third = moves[3] - moves[2];
+  const std::uint64_t tenth = moves[10] - moves[9];
+  std::cout << "move calls: third pass " << third << ", tenth pass " << tenth << "\n";
+  ASSERT_GT(third, 0u) << "the trace no longer moves pages: pick one that does";
+  EXPECT_LE(static_cast<double>(tenth), 1.2 * static_cast<double>(third));
+  EXPECT_LE(ratio(pool.vm_stats().peak_physical_bytes, trace.peak_live_bytes()), kMaxPeakRatio);
+  EXPECT_NO_THROW(pool.check_invariants());
 }
 
 TEST_P(VirtualMemoryTraceReplay, PeakMappedStaysWithinFivePercentOfPeakLive) {

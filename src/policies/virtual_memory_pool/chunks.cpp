@@ -43,10 +43,15 @@ void VirtualMemoryPool::Impl::order_for_mapping(Gathered& got) const {
   };
   std::sort(got.reused.begin(), got.reused.end(), higher_handle_first);
   std::sort(got.created.begin(), got.created.end(), higher_handle_first);
-  // Moved pages keep their order: those next to each other move together.
+  // Pages to move go under the request in the order of their chunks' handles, as created
+  // chunks do. Pages that are neighbours with following handles stay next to each other and
+  // move in one call; pages from different places whose handles follow each other land side
+  // by side and join into one kernel mapping, so the next move of them is one call too. In
+  // address order each move would lay runs from several places side by side, and the runs
+  // of a loop that moves pages every step would get shorter with every step.
   std::sort(got.moving.begin(), got.moving.end(),
-            [](const vm_detail::Gathered::Moving& a, const vm_detail::Gathered::Moving& b) {
-              return a.range->page_address(a.page) < b.range->page_address(b.page);
+            [this](const vm_detail::Gathered::Moving& a, const vm_detail::Gathered::Moving& b) {
+              return chunks[a.chunk].handle < chunks[b.chunk].handle;
             });
 }
 

@@ -11,12 +11,14 @@
 // a failure stay as spare chunks). A page is moved only when it lies wholly inside a free
 // block.
 //
-// Mapping order: the chunks of one block are mapped in increasing handle order at
-// increasing addresses. HostVirtualMemory's handles are memfd offsets and chunks created
-// one after another are adjacent, so the kernel merges their mappings into one: 4 GiB of
-// fresh 64 KiB pages is one mapping, not 65,536 (Linux allows 65,530 per process).
-// Rollback cannot throw: a page whose unmap fails stays mapped under free space, which
-// the invariant allows, and the request's own error goes on.
+// Mapping order: the chunks of each kind (moved, spare, created) go under a block in
+// increasing handle order at increasing addresses. HostVirtualMemory's handles are memfd
+// offsets and chunks created one after another are adjacent, so the kernel merges their
+// mappings into one: 4 GiB of fresh 64 KiB pages is one mapping, not 65,536 (Linux allows
+// 65,530 per process).
+//
+// Rollback cannot throw: a page whose unmap fails stays mapped under free space, which the
+// invariant allows, and the request's own error goes on.
 
 #include <algorithm>
 #include <mutex>

@@ -113,7 +113,7 @@ struct Gathered {
     std::uint32_t chunk = 0;
     Stream last_use;  // the stream of the shard it belongs to
   };
-  std::vector<Moving> moving;  // by address, once ordered for mapping
+  std::vector<Moving> moving;  // by chunk handle, once ordered for mapping
   // Other shards whose pages are in `moving`: locked (try_lock) until the attempt ends;
   // every exit of back_pages has moved or put back their pages before.
   std::vector<std::unique_lock<detail::SpinLock>> held;
