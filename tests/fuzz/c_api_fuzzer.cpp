@@ -1,14 +1,15 @@
 // c_api_fuzzer.cpp - libFuzzer target: sequences of C API calls on one pool, checked
 // against a shadow map of what should be live.
 //
-// The input picks a pool (caching or planned, host memory, a small capacity and small
-// segments so that growth, release, consolidation and out-of-memory all happen within a few
-// operations; a small-pool granularity or none, spare pages and arena growth on or off; now
-// and then an invalid configuration, which must be refused with
-// INVALID_ARGUMENT) and then up to 64 calls: malloc, aligned malloc (bad alignments too),
-// free (of live pointers, of freed ones, of pointers inside a block), record_stream,
-// allocation_size, trim, begin/end step, step stats, pool stats, memory_stat, layout,
-// tensors. The shadow map holds every live allocation with a tag written into its bytes:
+// The input picks a pool (any mode: auto, pool, vmm or planned, over host memory; a small
+// capacity and small segments so that growth, release, consolidation, page moves and
+// out-of-memory all happen within a few operations; retired fields set at random, which
+// must change nothing; now and then an invalid configuration, which must be refused with
+// INVALID_ARGUMENT), checks that the pool built is the mode asked for, and then makes up to
+// 64 calls: malloc, aligned malloc (bad alignments too), free (of live pointers, of freed
+// ones, of pointers inside a block), record_stream, allocation_size, trim, begin/end step,
+// step stats, pool stats, memory_stat, layout, tensors. The shadow map holds every live allocation
+// with a tag written into its bytes:
 //  - a call's status is the one the contract names (e.g. INVALID_POINTER for a double free,
 //    OUT_OF_MEMORY only for a request the capacity cannot hold);
 //  - live blocks never overlap, keep their tags and their sizes;
@@ -138,11 +139,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   config.release_cached_before_growth = in.ConsumeBool();
   config.consolidate_when_empty = in.ConsumeBool();
-  // Spare pages and arena growth act where the resource moves pages (host memory).
+  // Retired in 0.2: accepted, warned about once, without effect.
   config.keep_spare_pages = in.ConsumeBool();
   config.grow_arena = in.ConsumeBool();
   config.cut_free_ends = in.ConsumeBool();
   config.planned = in.ConsumeBool();
+  // Every mode the C API builds over host memory; in a wild configuration any value the
+  // enum's bits can hold (ASYNC and the unnamed ones are refused).
+  config.mode = static_cast<sdalloc_pool_mode_t>(in.ConsumeIntegralInRange<int>(0, wild ? 7 : 3));
+  if (!wild && (config.mode == SDALLOC_MODE_POOL || config.mode == SDALLOC_MODE_VMM)) {
+    config.planned = false;  // planned with another mode is refused
+  }
   // A node limit ends each step's planning (the default 1 s clock would let one input take
   // a second): the same run on every execution. 64 nodes, not 512: the search itself is the
   // planner fuzzer's, and replaying a grown corpus (1,750 inputs) took 4.5 CPU s with 512,
@@ -160,6 +167,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     require(wild, "a valid configuration was refused", s);
     require(pool == nullptr, "a failed create returned a pool");
     return 0;
+  }
+  // The pool built is the mode asked for; auto is vmm where the memory maps pages.
+  const bool planned = config.planned || config.mode == SDALLOC_MODE_PLANNED;
+  sdalloc_pool_mode_t built = SDALLOC_MODE_AUTO;
+  s = sdalloc_pool_mode(pool, &built);
+  require(s == SDALLOC_SUCCESS, "pool_mode failed", s);
+  if (planned) {
+    require(built == SDALLOC_MODE_PLANNED, "a planned configuration built another pool");
+  } else if (config.mode == SDALLOC_MODE_AUTO) {
+    const bool pages = config.resource == SDALLOC_RESOURCE_HOST;
+    require(built == (pages ? SDALLOC_MODE_VMM : SDALLOC_MODE_POOL), "auto built the wrong pool");
+  } else {
+    require(built == config.mode, "the pool built is not the mode asked for");
   }
   Shadow shadow;
   std::vector<sdalloc_tensor_t> tensors;
@@ -249,7 +269,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         s = in_step
                 ? sdalloc_pool_end_step(pool)
                 : sdalloc_pool_begin_step(pool, stream_of(in.ConsumeIntegralInRange<int>(0, 1)));
-        if (config.planned) {
+        if (planned) {
           require(s == SDALLOC_SUCCESS, "a step call on a planned pool failed", s);
           in_step = !in_step;
         } else {
@@ -261,7 +281,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         sdalloc_step_stats_t stats{};
         stats.struct_size = sizeof stats;
         s = sdalloc_pool_step_stats(pool, &stats);
-        if (config.planned) {
+        if (planned) {
           require(s == SDALLOC_SUCCESS && stats.in_step == in_step, "step stats are wrong", s);
           require(stats.plans <= config.max_plans, "more plans than max_plans");
         } else {
