@@ -140,12 +140,13 @@ def test_the_sd_unet_offloaded_through_the_hooks_reaches_the_floor(torch, unet, 
             # freed parameters' storage for later allocations: RSS says nothing there.
             if "sdalloc_preload" not in os.environ.get("LD_PRELOAD", ""):
                 assert rss <= 1.05 * model_bytes, f"{rss} B of RAM for {model_bytes} B"
-            # The Python code counts at its CPU time, which a loaded machine inflates, so the
-            # bar itself (1.05 x the floor) is the benchmark's (bench/transfer, printed with
-            # its ratios; docs/transfer.md). Asserted here: the copies overlap the compute,
-            # hiding at least half of the shorter of the two. A design that serialised them
-            # would take T + X / BW, the floor plus all of it.
-            assert step <= floor + 0.5 * min(t, copies), report
+            # The Python code counts at its CPU time, which a loaded machine inflates (and T
+            # was measured without the hooks, whose own CPU time the offloaded step adds), so
+            # the bar itself (1.05 x the floor) is the benchmark's (bench/transfer, printed
+            # with its ratios; docs/transfer.md). Asserted here: the copies overlap the
+            # compute, hiding at least a third of the shorter of the two. A design that
+            # serialised them would take T + X / BW, the floor plus all of it.
+            assert step <= floor + (2 / 3) * min(t, copies), report
     finally:
         _restore_forwards(model)
         device.close()
