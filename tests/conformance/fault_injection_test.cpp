@@ -40,6 +40,7 @@
 #include "sdalloc/resources/host_virtual_memory.hpp"
 #include "sdalloc/trace/event_trace.hpp"
 #include "support/fault_injection.hpp"
+#include "support/sanitizers.hpp"
 
 namespace sdalloc::test {
 namespace {
@@ -332,11 +333,11 @@ TEST(FaultInjection, PlannedArenaSurvivesEachFailedCallOfTwoUnetSteps) {
   // and ASan builds check on every call; under it the 892 runs took 124 s alone on a quiet
   // 2-core VM (2026-12-06) and passed ctest's 600 s limit in a loaded run (2026-12-05), so
   // it fails a quarter.
-#if defined(__SANITIZE_THREAD__)
-  fail_each<PlannedStack>(trace, 2, kEveryCall, a_quarter_of_the_calls(calls));
-#else
-  fail_each<PlannedStack>(trace, 2, kEveryCall, every_call(calls));
-#endif
+  if (test::kThreadSanitizer) {
+    fail_each<PlannedStack>(trace, 2, kEveryCall, a_quarter_of_the_calls(calls));
+  } else {
+    fail_each<PlannedStack>(trace, 2, kEveryCall, every_call(calls));
+  }
 }
 
 TEST(FaultInjection, VirtualMemoryPoolSurvivesEachFailedCallOfAShortTrace) {

@@ -33,6 +33,7 @@
 #include "sdalloc/resources/limit_resource.hpp"
 #include "sdalloc/resources/stats_resource.hpp"
 #include "sdalloc/resources/trace_resource.hpp"
+#include "support/sanitizers.hpp"
 
 namespace sdalloc::conformance {
 
@@ -383,15 +384,10 @@ struct ConfigurationName {
 // page faults are slow (and slower under shadow memory). Raw resources get fewer still: each
 // of their operations is an mmap, a munmap and page faults. Sanitizer builds also fill
 // allocations larger than kWholeFillLimit sparsely (a span per MiB).
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-inline constexpr int kWorkDivisor = 4;
-inline constexpr int kRawResourceDivisor = 2;
-inline constexpr std::size_t kWholeFillLimit = 4 * kMiB;
-#else
-inline constexpr int kWorkDivisor = 1;
-inline constexpr int kRawResourceDivisor = 1;
-inline constexpr std::size_t kWholeFillLimit = SIZE_MAX;
-#endif
+inline constexpr int kWorkDivisor = test::kAddressOrThreadSanitizer ? 4 : 1;
+inline constexpr int kRawResourceDivisor = test::kAddressOrThreadSanitizer ? 2 : 1;
+inline constexpr std::size_t kWholeFillLimit =
+    test::kAddressOrThreadSanitizer ? 4 * kMiB : SIZE_MAX;
 
 // How many operations a random test runs on `Config`, for `base` in the plain build.
 template <typename Config>

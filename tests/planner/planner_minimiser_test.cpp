@@ -14,19 +14,16 @@
 
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/planner/planner.hpp"
+#include "support/sanitizers.hpp"
 
 namespace sdalloc {
 namespace {
 
 const std::string kDataDir = SDALLOC_DATA_DIR;
 // Seconds per instance: 3.3 s for the eleven. The search is 5-15x slower under ASan and
-// TSan (GCC's __SANITIZE_*__), so those builds give it 5 s: 0.3 s was not
+// TSan, so those builds give it 5 s: 0.3 s was not
 // enough there for I and J to beat greedy.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr double kShortLimit = 5.0;
-#else
-constexpr double kShortLimit = 0.3;
-#endif
+constexpr double kShortLimit = test::kAddressOrThreadSanitizer ? 5.0 : 0.3;
 // A deadline may be passed by one look at the clock (every 256 search nodes) and the final
 // validation; a generous margin for loaded and sanitized runs.
 constexpr double kDeadlineSlack = 0.5;
@@ -141,9 +138,9 @@ TEST(PlannerMinimiser, MeetsItsBarOnAllElevenMiniMallocInstancesInFixedNodes) {
   // 1,000,000 nodes, D reaches 1025024 bytes (1.0395 x) within 300,000 and J 1032192
   // (1.0435 x) within 1,000,000. The static orders alone (no restarts) stayed at 1.0457 x
   // and 1.0466 x in 10 s.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a result, not memory safety: minutes under the sanitizers";
-#endif
+  if (test::kAddressOrThreadSanitizer) {
+    GTEST_SKIP() << "a result, not memory safety: minutes under the sanitizers";
+  }
   for (const char* name : {"A", "B", "C", "E", "F", "G", "H", "I", "K"}) {
     const std::vector<Buffer> buffers = instance(name);
     const PlanResult result =

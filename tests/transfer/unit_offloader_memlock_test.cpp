@@ -17,6 +17,7 @@
 #include "../../bench/transfer/unit_table.hpp"
 #include "sdalloc/core/errors.hpp"
 #include "sdalloc/transfer/unit_offloader.hpp"
+#include "support/sanitizers.hpp"
 
 namespace sdalloc {
 namespace {
@@ -26,17 +27,7 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 // AddressSanitizer and ThreadSanitizer replace mlock with a call that does nothing and
 // succeeds, so the operating system never refuses a lock there: these tests run in the other
 // builds.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kMlockIsReal = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kMlockIsReal = false;
-#else
-constexpr bool kMlockIsReal = true;
-#endif
-#else
-constexpr bool kMlockIsReal = true;
-#endif
+constexpr bool kMlockIsReal = !test::kAddressOrThreadSanitizer;
 
 // Runs `body` in a child whose locked memory is capped at `limit`; answers its exit status.
 int in_child_with_memlock(std::size_t limit, const std::function<int()>& body) {
