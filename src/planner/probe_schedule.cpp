@@ -85,7 +85,7 @@ std::uint64_t next_multiple(std::uint64_t value, std::uint64_t step) {
 
 std::uint64_t acceptable_arena(std::uint64_t lower_bound, const PlannerOptions& options) {
   const double extra = static_cast<double>(lower_bound) * options.accept_within;
-  const double room = static_cast<double>(std::numeric_limits<std::uint64_t>::max() - lower_bound);
+  const auto room = static_cast<double>(std::numeric_limits<std::uint64_t>::max() - lower_bound);
   if (!(extra < room)) return std::numeric_limits<std::uint64_t>::max();
   return lower_bound + static_cast<std::uint64_t>(extra);
 }

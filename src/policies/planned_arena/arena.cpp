@@ -85,7 +85,7 @@ void Arena::check_invariants() const {
 }
 
 void Arena::add_blocks(std::vector<BlockLayout>& blocks, std::uintptr_t end) const {
-  std::uintptr_t at = reinterpret_cast<std::uintptr_t>(segment_);
+  auto at = reinterpret_cast<std::uintptr_t>(segment_);
   for (std::size_t i = 0; i < occupant_.size(); ++i) {
     if (occupant_[i] < 0) continue;
     const auto k = static_cast<std::size_t>(occupant_[i]);
