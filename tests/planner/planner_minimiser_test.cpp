@@ -21,8 +21,7 @@ namespace {
 
 const std::string kDataDir = SDALLOC_DATA_DIR;
 // Seconds per instance: 3.3 s for the eleven. The search is 5-15x slower under ASan and
-// TSan, so those builds give it 5 s: 0.3 s was not
-// enough there for I and J to beat greedy.
+// TSan, so those builds give it 5 s: 0.3 s was not enough there for I and J to beat greedy.
 constexpr double kShortLimit = test::kAddressOrThreadSanitizer ? 5.0 : 0.3;
 // A deadline may be passed by one look at the clock (every 256 search nodes) and the final
 // validation; a generous margin for loaded and sanitized runs.
