@@ -2,28 +2,23 @@
 // macros, clang's __has_feature), so a test says what differs there in ordinary code.
 #pragma once
 
+// __has_feature where the compiler has it (clang; GCC from 14), false elsewhere.
+#if defined(__has_feature)
+#define SDALLOC_TEST_HAS_FEATURE(feature) __has_feature(feature)
+#else
+#define SDALLOC_TEST_HAS_FEATURE(feature) 0
+#endif
+
 namespace sdalloc::test {
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || SDALLOC_TEST_HAS_FEATURE(address_sanitizer)
 inline constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kAddressSanitizer = true;
-#else
-inline constexpr bool kAddressSanitizer = false;
-#endif
 #else
 inline constexpr bool kAddressSanitizer = false;
 #endif
 
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__) || SDALLOC_TEST_HAS_FEATURE(thread_sanitizer)
 inline constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kThreadSanitizer = true;
-#else
-inline constexpr bool kThreadSanitizer = false;
-#endif
 #else
 inline constexpr bool kThreadSanitizer = false;
 #endif
@@ -33,3 +28,5 @@ inline constexpr bool kThreadSanitizer = false;
 inline constexpr bool kAddressOrThreadSanitizer = kAddressSanitizer || kThreadSanitizer;
 
 }  // namespace sdalloc::test
+
+#undef SDALLOC_TEST_HAS_FEATURE
