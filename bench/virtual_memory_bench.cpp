@@ -1,14 +1,15 @@
 // virtual_memory_bench.cpp - what map operations and page faults cost, for
 // VirtualMemoryPool's policy (docs/notebook/virtual_memory_pool.md quotes these figures).
 //
-//   BM_Vm_MapUnmap/<page>          map + unmap of one memfd chunk, pages not touched: the
+//   BM_Vm_MapUnmap/<page>          map + unmap of one chunk, pages not touched: the
 //                                  system-call cost of moving a page.
-//   BM_Vm_RemapTouch/<page>        map, write one byte per 4 KiB, unmap, of a chunk whose
-//                                  pages exist: the cost of moving a page that is then used
-//                                  (minor faults: no allocation, no zeroing).
+//   BM_Vm_RemapTouch/<page>        map, write one byte per 4 KiB, unmap, of one chunk at
+//                                  alternating places: the cost of moving a page by unmap and
+//                                  map where the memory cannot move (an unmap frees the
+//                                  pages, so each round faults fresh zero pages in).
 //   BM_Vm_RemapPopulateTouch/<page>  the same with MAP_POPULATE (HostVirtualMemoryOptions::
 //                                  populate): one call instead of one fault per 4 KiB.
-//   BM_Vm_MovePages/<n>            n 64 KiB pages (one run of extents) moved by one
+//   BM_Vm_MovePages/<n>            n 64 KiB pages (one run of chunks) moved by one
 //                                  HostVirtualMemory::move and written: a VirtualMemoryPool
 //                                  page move since 2026-12-03.
 //   BM_Vm_UnmapMapPages/<n>        the same by unmap + map per page (the pool's moves before,
@@ -66,7 +67,7 @@ void remap_touch(benchmark::State& state, bool populate) {
   void* base = memory.reserve(2 * bytes);
   const PhysicalChunk chunk = memory.create(bytes);
   memory.map(base, chunk);
-  touch(base, bytes);  // the pages exist from here on
+  touch(base, bytes);
   memory.unmap(base, bytes, Stream{});
   std::size_t flip = 0;
   for (auto _ : state) {

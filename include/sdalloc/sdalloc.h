@@ -123,8 +123,8 @@ typedef enum sdalloc_resource_kind_t {
 
 /* Which pool serves the requests (docs/pools.md). */
 typedef enum sdalloc_pool_mode_t {
-  /* VMM where the resource's memory can be mapped page by page (SDALLOC_RESOURCE_HOST: a
-   * memfd), POOL otherwise (SDALLOC_RESOURCE_HOST_HUGEPAGES). */
+  /* VMM where the resource's memory can be mapped page by page (SDALLOC_RESOURCE_HOST),
+   * POOL otherwise (SDALLOC_RESOURCE_HOST_HUGEPAGES). */
   SDALLOC_MODE_AUTO = 0,
   /* The segment cache: a CachingPool over whole segments of the resource. */
   SDALLOC_MODE_POOL = 1,

@@ -12,62 +12,18 @@
  * The Python package does this for you: sdalloc.torch.install(mode="pool") (every hook,
  * and wrappers for the torch.cuda calls no hook reaches; docs/pytorch.md).
  *
- * One pool per device (a CachingPool, created on the device's first allocation), configured
- * once per process, PyTorch-style, from the environment variable SDALLOC_CONF or from
+ * One pool per device (built by make_pool on the device's first allocation: mode:auto is a
+ * VirtualMemoryPool where the memory maps page by page, docs/pools.md), configured once per
+ * process, PyTorch-style, from the environment variable SDALLOC_CONF or from
  * sdalloc_torch_configure():
  *     SDALLOC_CONF="backend:cuda,mode:vmm,memory_fraction:0.9"
- * Keys (all optional; sizes take a B/KiB/MiB/GiB/TiB suffix or K/M/G/T, binary; docs/pytorch.md
- * has the table generated from the code, src/torch_shim/shim_config.cpp):
- *   backend                cuda (device memory; default) | host (host memory, for tests and
- *                          CPU-only machines; every device index, -1 included, gets a host pool)
- *   segments               whole (default) | chunked: mode pool and planned take 2 MiB chunks
- *                          mapped into reserved address space (cuMemCreate/cuMemMap; host:
- *                          memfd) instead of one cudaMalloc per segment, so the consolidated
- *                          arena grows in place and released segments' chunks feed the next
- *   mode                   pool  - CachingPool over cudaMalloc segments (default)
- *                          async - CachingPool over a private cudaMallocAsync pool
- *                          vmm   - VirtualMemoryPool: pages of physical memory mapped into
- *                                  reserved address ranges (cuMemCreate/cuMemMap; host:
- *                                  memfd), like PyTorch's expandable_segments; its cap is
- *                                  fixed at the pool's creation, and it has no segment
- *                                  layout (snapshot fails, saying so)
- *                          planned - a planned arena over a CachingPool (backend cuda or
- *                                  host): the allocations between sdalloc_pool_begin_step
- *                                  and sdalloc_pool_end_step on sdalloc_torch_pool(device)
- *                                  are recorded once, planned into one arena, and later
- *                                  steps are served from it by position (Python:
- *                                  `with sdalloc.torch.step():`). Buffers kept past a step
- *                                  ("kept", e.g. latents) come from the caching pool;
- *                                  each kind of step (its first allocation tells) gets
- *                                  its own plan, all in one shared arena;
- *                                  record_stream works (its step counts as divergent
- *                                  and the slot waits for the stream);
- *                                  empty_cache between steps releases the arena, which the
- *                                  next begin_step reserves again
- *   capacity               most bytes one device's pool may hold (0: no cap)
- *   memory_fraction        the same as a fraction of the device's memory, in (0, 1]
- *                          (backend:host: of `capacity`, which it then requires)
- *   granularity            segment granularity (default 2MiB)
- *   min_segment            smallest segment (default 2MiB)
- *   huge_threshold         requests this big get a segment of their own (default 8MiB)
- *   small_pool             below this, segments round to small_granularity (default 64MiB)
- *   small_granularity      a small pool's segment granularity (default 128KiB)
- *   initial_reservation    one segment taken at the pool's creation and kept (default 0)
- *   release_before_growth  true|false (default true)
- *   consolidate            true|false (default true)
- *   spare_pages            true|false (default true): released segments' pages feed the
- *                          next segment instead of fresh ones
- *   grow_arena             true|false (default true): a miss after consolidation grows the
- *                          arena in place where the backend can (host memory)
- *   cut_free_ends          true|false (default true): before the pool grows past its
- *                          peak, the free pages at the ends of used segments feed the
- *                          new segment, and an arena's between its tensors where it would
- *                          grow by more than 1/16 (host memory)
- *   replan_after           mode:planned: divergent steps in a row before the step is
- *                          recorded again, at least 1 (default 3)
- *   max_plans              mode:planned: plans kept at once, at least 1 (default 4)
- *   plan_nodes             mode:planned: search nodes per plan, at least 1: the same plan on
- *                          every machine (default: not set, only the 1 s time limit)
+ * Keys (each one row of one table in the code, src/torch_shim/shim_config.cpp and
+ * src/config/pool_conf.cpp; docs/pytorch.md holds that table with every default and meaning,
+ * and a test checks both lists against it):
+ *   backend, mode, capacity, memory_fraction, replan_after, max_plans, plan_nodes,
+ *   granularity, min_segment, huge_threshold, initial_reservation, release_before_growth,
+ *   consolidate; retired in 0.2, accepted and ignored with one warning line: small_pool,
+ *   small_granularity, spare_pages, grow_arena, cut_free_ends, segments.
  * A malformed SDALLOC_CONF makes every allocation fail (nullptr) with a message naming the
  * key, readable with sdalloc_torch_last_error() and printed once to stderr.
  *

@@ -55,7 +55,7 @@ class Pool:
     """A pool: a C API pool handle and the library it belongs to.
 
     Pool(mode="auto", **options) creates a host pool (libsdalloc.so). mode picks the pool
-    (docs/pools.md): "vmm" maps 64 KiB pages of a memfd and moves them under the requests
+    (docs/pools.md): "vmm" maps 64 KiB pages and moves them under the requests
     that need them; "pool" is the segment cache over whole mmap'd segments; "planned" serves
     a repeated step from one planned arena; "auto" (default) is vmm, or pool with
     hugepages=True (transparent huge pages come in whole segments). options are the other

@@ -14,7 +14,7 @@ const EnumName kModePool{"pool", static_cast<int>(PoolMode::kPool),
 const EnumName kModeVmm{"vmm", static_cast<int>(PoolMode::kVmm),
                         "a VirtualMemoryPool: physical pages mapped into reserved address "
                         "ranges and moved under the requests that need them (CUDA's cuMem "
-                        "API; host: a memfd)"};
+                        "API; host: anonymous pages)"};
 const EnumName kModePlanned{"planned", static_cast<int>(PoolMode::kPlanned),
                             "a repeated step served from one planned arena, other requests "
                             "from a CachingPool (see Planned steps)"};

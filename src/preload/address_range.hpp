@@ -113,8 +113,8 @@ class RangeResource final : public MemoryResource {
 // are a budget (create/destroy count bytes against physical_limit) and map() commits fresh
 // anonymous pages: a chunk does NOT keep its contents when it is unmapped and mapped
 // elsewhere. VirtualMemoryPool never needs that (it moves only pages that lie wholly in free
-// space), and anonymous private pages are what make fork() safe: a memfd's MAP_SHARED pages
-// (HostVirtualMemory) would be shared by parent and child.
+// space), and anonymous private pages are what make fork() safe (HostVirtualMemory maps
+// the same kind; it differs in taking its ranges from the system instead of this range).
 // move() does keep them: mremap(MREMAP_DONTUNMAP) takes the pages and their page tables to
 // the new place (Linux 5.7; probed once, at construction), so a page the pool moves is not
 // freed and faulted in again as an unmap and a map would have it; the old place is made

@@ -1,13 +1,12 @@
-// host_virtual_memory.cpp - reserved ranges, memfd chunks and MAP_FIXED mappings.
+// host_virtual_memory.cpp - reserved ranges, chunks of anonymous pages, MAP_FIXED mappings.
 //
 // Tables (under mutex_): the ledger of reserved ranges, mappings and chunks shared with the
-// CUDA driver's implementation (virtual_memory_ledger.hpp), and the memfd's free extents by
-// size. Every call is checked against the tables first; a map then claims its mapping
-// before the system call (so a concurrent misuse is caught too; the mapping counts in
-// mapped_bytes() from then) and gives it back if the call fails.
+// CUDA driver's implementation (virtual_memory_ledger.hpp). Every call is checked against
+// the tables first; a map then claims its mapping before the system call (so a concurrent
+// misuse is caught too; the mapping counts in mapped_bytes() from then) and gives it back if
+// the call fails.
 #include "sdalloc/resources/host_virtual_memory.hpp"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
@@ -17,9 +16,9 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/bits.hpp"
 #include "resources/page_table_move.hpp"
@@ -71,31 +70,26 @@ int move_mapping(void* from, void* to, std::size_t bytes) {
   return 0;
 }
 
-// Whether mremap with MREMAP_DONTUNMAP moves a shared mapping here (Linux 5.13): tried once
-// on a page of a scratch memfd.
-bool can_move_shared_mappings() {
-  const int fd = ::memfd_create("sdalloc-vm-probe", MFD_CLOEXEC);
-  if (fd < 0) return false;
-  bool works = false;
+// Whether mremap with MREMAP_DONTUNMAP moves private anonymous pages here (Linux 5.7):
+// tried once on a written scratch page, which must arrive with its contents.
+bool can_move_private_pages() {
   constexpr std::size_t kPage = 4096;
   void* area =
       ::mmap(nullptr, 2 * kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (area != MAP_FAILED) {
-    char* first = static_cast<char*>(area);
-    if (::ftruncate(fd, kPage) == 0 &&
-        ::mmap(first, kPage, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED) {
-      works = move_mapping(first, first + kPage, kPage) == 0;
-    }
-    ::munmap(area, 2 * kPage);
+  if (area == MAP_FAILED) return false;
+  char* first = static_cast<char*>(area);
+  bool works = false;
+  if (::mmap(first, kPage, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) != MAP_FAILED) {
+    static_cast<volatile char*>(area)[0] = 'm';
+    works = move_mapping(first, first + kPage, kPage) == 0 &&
+            static_cast<volatile char*>(first + kPage)[0] == 'm';
   }
-  ::close(fd);
+  ::munmap(area, 2 * kPage);
   return works;
 }
 
-// The memfd grows in steps of at least this much (it is sparse: size costs nothing).
-constexpr std::uint64_t kFileGrowth = std::uint64_t{1} << 30;
-
-// RAM + swap: no more memfd pages than this can ever exist at once. 0 when unknown.
+// RAM + swap: no more pages than this can ever exist at once. 0 when unknown.
 std::size_t machine_bytes() {
   struct sysinfo info {};
   if (::sysinfo(&info) != 0) return 0;
@@ -107,13 +101,11 @@ std::size_t machine_bytes() {
 }  // namespace
 
 struct HostVirtualMemory::Tables {
-  detail::VirtualMemoryLedger ledger;  // chunk handles are file offsets
-  // Holes by (bytes, file offset): a create takes the lowest offset of its size, so chunks
-  // created one after another tend to be adjacent in the file, and a caller that maps them
-  // at adjacent addresses in that order gets one kernel mapping for all of them.
-  std::set<std::pair<std::size_t, std::uint64_t>> free_extents;
-  std::uint64_t file_end = 0;   // extents below were handed out at some point
-  std::uint64_t file_size = 0;  // ftruncate'd size
+  detail::VirtualMemoryLedger ledger;
+  // The next chunk's handle: the bytes of all chunks created before it, so chunks created one
+  // after another have handles that follow each other (handle + bytes), as the interface
+  // suggests for chunks that are cheaper to move together.
+  std::uint64_t next_handle = 0;
 };
 
 HostVirtualMemory::HostVirtualMemory(HostVirtualMemoryOptions options)
@@ -122,9 +114,7 @@ HostVirtualMemory::HostVirtualMemory(HostVirtualMemoryOptions options)
     throw InvalidArgument("HostVirtualMemory: physical_limit must be a multiple of 4096, got " +
                           std::to_string(options_.physical_limit));
   }
-  fd_ = ::memfd_create("sdalloc-vm", MFD_CLOEXEC);
-  if (fd_ < 0) throw Error("HostVirtualMemory: " + system_error("memfd_create", errno));
-  moves_ = options_.move_mappings && can_move_shared_mappings();
+  moves_ = options_.move_mappings && can_move_private_pages();
 }
 
 HostVirtualMemory::~HostVirtualMemory() {
@@ -132,11 +122,10 @@ HostVirtualMemory::~HostVirtualMemory() {
   for (const auto& [base, bytes] : tables_->ledger.ranges()) {
     ::munmap(reinterpret_cast<void*>(base), bytes);
   }
-  ::close(fd_);
 }
 
 std::string HostVirtualMemory::name() const {
-  std::string text = "host-vm(memfd";
+  std::string text = "host-vm(anonymous";
   if (options_.physical_limit != 0) text += ", " + format_size(options_.physical_limit);
   if (options_.populate) text += ", populate";
   return text + ")";
@@ -225,31 +214,11 @@ PhysicalChunk HostVirtualMemory::create(std::size_t bytes) {
                                     format_bytes(options_.physical_limit - physical) +
                                     " available");
   }
-  std::uint64_t offset = 0;
-  if (auto hole = t.free_extents.lower_bound({bytes, 0});
-      hole != t.free_extents.end() && hole->first == bytes) {
-    offset = hole->second;  // punched out when destroyed: reads as zeros
-    t.ledger.add_chunk(offset, bytes);
-    t.free_extents.erase(hole);
-  } else {
-    offset = t.file_end;
-    if (offset + bytes > t.file_size) {
-      const std::uint64_t size = std::max(offset + bytes, t.file_size + kFileGrowth);
-      if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
-        const int error = errno;
-        OutOfMemoryInfo info;
-        info.requested = bytes;
-        info.reserved = physical;
-        info.capacity = options_.physical_limit;
-        throw OutOfMemory::describe(name(), info,
-                                    "growing the memfd: " + system_error("ftruncate", error));
-      }
-      t.file_size = size;
-    }
-    t.ledger.add_chunk(offset, bytes);
-    t.file_end += bytes;
-  }
-  return PhysicalChunk{offset, bytes};
+  // No memory yet: a chunk's pages exist once written where it is mapped.
+  const std::uint64_t handle = t.next_handle;
+  t.ledger.add_chunk(handle, bytes);
+  t.next_handle += bytes;
+  return PhysicalChunk{handle, bytes};
 }
 
 void HostVirtualMemory::destroy(PhysicalChunk chunk) {
@@ -264,16 +233,8 @@ void HostVirtualMemory::destroy(PhysicalChunk chunk) {
     throw InvalidArgument(name() + ": destroy of chunk " + std::to_string(chunk.handle) +
                           " while it is mapped");
   }
-  // Frees the pages; the extent reads as zeros again and is reused by a create.
-  if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(chunk.handle),
-                  static_cast<off_t>(chunk.bytes)) != 0) {
-    const int error = errno;
-    t.ledger.remove_chunk(chunk.handle);  // lost: its pages stay in the file until the object dies
-    throw Error(name() + ": destroy of chunk " + std::to_string(chunk.handle) + ": " +
-                system_error("fallocate(PUNCH_HOLE)", error));
-  }
+  // Unmapped, it holds no pages: only the figure goes.
   t.ledger.remove_chunk(chunk.handle);
-  t.free_extents.emplace(chunk.bytes, chunk.handle);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -282,7 +243,6 @@ void HostVirtualMemory::destroy(PhysicalChunk chunk) {
 void HostVirtualMemory::map(void* address, PhysicalChunk chunk) {
   const auto addr = reinterpret_cast<std::uintptr_t>(address);
   Tables& t = *tables_;
-  bool again = false;
   {
     std::lock_guard lock(mutex_);
     const detail::VirtualMemoryLedger::Chunk* found =
@@ -304,16 +264,14 @@ void HostVirtualMemory::map(void* address, PhysicalChunk chunk) {
       throw InvalidArgument(name() + ": map at " + hex(addr) + " of " + format_bytes(chunk.bytes) +
                             " overlaps a mapping");
     }
-    again = found->was_mapped;
     t.ledger.add_mapping(addr, chunk.handle, chunk.bytes);  // claimed
   }
-  // A chunk mapped before is a page moving (VirtualMemoryPool's stitching): its pages were
-  // most likely written where it was, so building its page tables in the call costs no
-  // memory and saves a fault per 4 KiB when it is used here.
-  int flags = MAP_SHARED | MAP_FIXED;
-  if (options_.populate || again) flags |= MAP_POPULATE;
-  void* result = ::mmap(address, chunk.bytes, PROT_READ | PROT_WRITE, flags, fd_,
-                        static_cast<off_t>(chunk.handle));
+  // Fresh zero pages, faulted in where they are first written. MAP_NORESERVE: like the
+  // address space around them, they are not charged to the system's commit limit before
+  // they exist.
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED;
+  if (options_.populate) flags |= MAP_POPULATE;
+  void* result = ::mmap(address, chunk.bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
   if (result == MAP_FAILED) {
     const int error = errno;
     // A failed MAP_FIXED may have removed the reservation underneath: restore it.
@@ -337,6 +295,7 @@ void HostVirtualMemory::unmap(void* address, std::size_t bytes, Stream) {
                             ", which is not a mapping made here");
     }
   }
+  // Its pages are freed: mapped again, the chunk reads as zeros.
   if (!reserve_again(address, bytes)) {
     throw Error(name() + ": unmap at " + hex(addr) + " of " + format_bytes(bytes) + ": " +
                 system_error("mmap(PROT_NONE)", errno));
@@ -360,6 +319,12 @@ void HostVirtualMemory::move(void* from, void* to, const PhysicalChunk* chunks, 
   const auto src = reinterpret_cast<std::uintptr_t>(from);
   const auto dst = reinterpret_cast<std::uintptr_t>(to);
   Tables& t = *tables_;
+  // Pieces moved (offset from the start, bytes), and those that would not move back: sized
+  // before anything is claimed, so nothing after the claim allocates.
+  std::vector<std::pair<std::size_t, std::size_t>> pieces;
+  std::vector<std::pair<std::size_t, std::size_t>> stuck;
+  pieces.reserve(count);
+  stuck.reserve(count);
   std::size_t total = 0;
   {
     std::lock_guard lock(mutex_);
@@ -386,8 +351,8 @@ void HostVirtualMemory::move(void* from, void* to, const PhysicalChunk* chunks, 
       t.ledger.move_mapping(src + offset, dst + offset);
     }
   }
-  // One mremap per run of chunks whose extents follow each other (one kernel mapping, as
-  // map() made it where they were mapped in that order).
+  // One mremap per run of chunks whose handles follow each other: created one after another
+  // and mapped side by side in that order, they are one kernel mapping.
   const auto run_end = [&](std::size_t i, std::size_t& bytes) {
     bytes = chunks[i].bytes;
     for (++i; i < count && chunks[i].handle == chunks[i - 1].handle + chunks[i - 1].bytes; ++i) {
@@ -398,40 +363,60 @@ void HostVirtualMemory::move(void* from, void* to, const PhysicalChunk* chunks, 
   const auto at = [](std::uintptr_t base, std::size_t offset) {
     return reinterpret_cast<void*>(base + offset);
   };
-  std::size_t moved = 0;  // bytes from the start, in whole runs
-  for (std::size_t i = 0; i < count;) {
+  int error = 0;
+  for (std::size_t i = 0, offset = 0; i < count && error == 0;) {
     std::size_t bytes = 0;
     const std::size_t next = run_end(i, bytes);
-    if (const int error = move_mapping(at(src, moved), at(dst, moved), bytes); error != 0) {
-      // Back where they were, run by run; a run the system will not move back either stays
-      // at its new place, and the tables say so (both refusals in a row: no memory left
-      // for kernel mappings at all).
-      std::size_t stuck = 0;
-      std::lock_guard lock(mutex_);
-      for (std::size_t k = 0, offset = 0; k < count;) {
-        std::size_t back = 0;
-        const std::size_t after = run_end(k, back);
-        if (offset < moved && move_mapping(at(dst, offset), at(src, offset), back) != 0) {
-          stuck += back;
-          offset += back;
-          k = after;
-          continue;
-        }
-        for (; k < after; offset += chunks[k++].bytes) {
-          t.ledger.move_mapping(dst + offset, src + offset);
-        }
-      }
-      const std::string what = "move from " + hex(src) + " to " + hex(dst) + " of " +
-                               format_bytes(total) + ": " + system_error("mremap", error);
-      if (stuck != 0) {
-        throw Error(name() + ": " + what + "; " + format_bytes(stuck) +
-                    " moved before could not move back and stay at the new place");
-      }
-      throw_refused(name(), what, error, total);
+    error = move_mapping(at(src, offset), at(dst, offset), bytes);
+    if (error == 0) {
+      pieces.emplace_back(offset, bytes);
+      offset += bytes;
+      i = next;
+      continue;
     }
-    moved += bytes;
-    i = next;
+    if (next - i == 1) break;
+    // A run may still be several kernel mappings (the kernel keeps pages moved before in
+    // mappings of their own), which mremap refuses before Linux 6.17: chunk by chunk then,
+    // each one mapping. Any other refusal is met again by the chunk that causes it.
+    error = 0;
+    for (; i < next && error == 0; ++i) {
+      error = move_mapping(at(src, offset), at(dst, offset), chunks[i].bytes);
+      if (error == 0) {
+        pieces.emplace_back(offset, chunks[i].bytes);
+        offset += chunks[i].bytes;
+      }
+    }
   }
+  if (error == 0) return;
+  // Back where they were, piece by piece; a piece the system will not move back either stays
+  // at its new place, and the tables say so (both refusals in a row: no memory left for
+  // kernel mappings at all).
+  for (auto piece = pieces.rbegin(); piece != pieces.rend(); ++piece) {
+    if (move_mapping(at(dst, piece->first), at(src, piece->first), piece->second) != 0) {
+      stuck.push_back(*piece);
+    }
+  }
+  std::size_t stuck_bytes = 0;
+  {
+    std::lock_guard lock(mutex_);
+    for (std::size_t k = 0, offset = 0; k < count; offset += chunks[k++].bytes) {
+      const bool stays = std::any_of(stuck.begin(), stuck.end(), [&](const auto& piece) {
+        return offset >= piece.first && offset < piece.first + piece.second;
+      });
+      if (stays) {
+        stuck_bytes += chunks[k].bytes;
+      } else {
+        t.ledger.move_mapping(dst + offset, src + offset);
+      }
+    }
+  }
+  const std::string what = "move from " + hex(src) + " to " + hex(dst) + " of " +
+                           format_bytes(total) + ": " + system_error("mremap", error);
+  if (stuck_bytes != 0) {
+    throw Error(name() + ": " + what + "; " + format_bytes(stuck_bytes) +
+                " moved before could not move back and stay at the new place");
+  }
+  throw_refused(name(), what, error, total);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // page_table_move.hpp - moving mapped pages to another address with their page tables
-// (mremap with MREMAP_DONTUNMAP): the one way the two host VirtualMemory implementations move
-// pages, HostVirtualMemory's shared memfd pages and the drop-in's private anonymous ones
-// (RangeVirtualMemory) alike (internal).
+// (mremap with MREMAP_DONTUNMAP): the one way the two host VirtualMemory implementations
+// (HostVirtualMemory and the drop-in's RangeVirtualMemory) move their private anonymous
+// pages (internal).
 #pragma once
 
 #include <sys/mman.h>

@@ -1,8 +1,8 @@
 // virtual_memory_ledger.hpp - what a VirtualMemory implementation has reserved, created and
 // mapped, and the rules of virtual_memory.hpp checked against it.
 //
-// HostVirtualMemory (memfd + mmap) and the CUDA driver's DriverVirtualMemory (cuMem*) keep
-// the same bookkeeping: reserved address ranges (base -> bytes), physical chunks (handle ->
+// HostVirtualMemory (anonymous pages + mmap) and the CUDA driver's DriverVirtualMemory (cuMem*)
+// keep the same bookkeeping: reserved address ranges (base -> bytes), physical chunks (handle ->
 // bytes, mapped or not) and mappings (address -> bytes and chunk), with the byte totals of
 // each. Both check every call against it before the system or driver call, so a pool's bug
 // is an InvalidArgument instead of clobbered memory; the checks are the questions below,

@@ -6,7 +6,7 @@
 //     backend:cuda   cuda::device_backend(): CUDA virtual memory (the default pool, mode
 //                    auto, is a VirtualMemoryPool over it), cudaMalloc segments (mode:pool,
 //                    planned), a cudaMallocAsync pool for mode:async, CudaStreamEvents
-//     backend:host   host_backend(): a memfd and mmap'd segments
+//     backend:host   host_backend(): anonymous pages in reserved ranges and mmap'd segments
 // The virtual memory is wrapped in a CountingVirtualMemory, so the shim can say how often a
 // vmm pool unmapped or moved pages. The result is a C API pool handle (c_pool.hpp), so every
 // sdalloc_* function works on it; set_memory_fraction changes its cap

@@ -96,7 +96,7 @@ TEST(CApiErrors, LastErrorIsPerThread) {
 
 // The C message is the C++ exception's what(), prefixed with the C function's name, and
 // the status follows the exception type. The C pool is the default one, a VirtualMemoryPool
-// over the host's memfd.
+// over host pages.
 TEST(CApiErrors, StatusAndMessageAreTheCppErrorPrefixedWithTheFunction) {
   PoolHandle c_pool = make_pool();
   sdalloc::HostVirtualMemory memory;

@@ -30,7 +30,7 @@ void check_status_at(sdalloc_status_t got, sdalloc_status_t want, const char* ca
 #define MIB ((size_t)1 << 20)
 /* A mode POOL pool's smallest segment (min_segment_size's default). */
 #define SEGMENT ((size_t)2 * MIB)
-/* A mode VMM pool's page on host memory (64 KiB; the memfd's 4 KiB granularity is finer). */
+/* A mode VMM pool's page on host memory (64 KiB; the host's 4 KiB granularity is finer). */
 #define VM_PAGE ((size_t)64 * KIB)
 
 /* A default pool of mode g_mode with this capacity (0: none); exits when it cannot be made. */

@@ -313,7 +313,7 @@ struct VirtualMemoryPoolOverHostConfig : PoolTraits {
     }
     const VirtualMemoryPoolStats v = vm_pool.vm_stats();
     EXPECT_EQ(v.physical_bytes, s.reserved_bytes);
-    EXPECT_EQ(v.physical_bytes, memory.physical_bytes()) << "pool and memfd agree";
+    EXPECT_EQ(v.physical_bytes, memory.physical_bytes()) << "pool and memory agree";
     EXPECT_EQ(v.mapped_bytes, memory.mapped_bytes());
     EXPECT_EQ(v.address_space_bytes, memory.reserved_bytes());
     for (const auto& [address, entry] : model.live()) {

@@ -7,8 +7,8 @@
 //    5% of the peak live bytes (PyTorch reaches 1.015 with expandable segments on the UNet
 //    trace, 1.47 without);
 //  - the same replay runs under a physical cap of 1.05 x the peak live bytes.
-// The memory is never touched: pages are mapped from a sparse memfd, so replaying 53 GB of
-// allocations costs only the pool's work and its map calls.
+// The memory is never touched: mapped pages that are never written cost no memory, so
+// replaying 53 GB of allocations costs only the pool's work and its map calls.
 #include <gtest/gtest.h>
 
 #include <algorithm>

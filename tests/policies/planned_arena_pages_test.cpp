@@ -53,8 +53,8 @@ PlannedArena::FallbackMaker pages_of(VirtualMemory& memory) {
   };
 }
 
-// A PlannedArena over pages_of() the host's memfd, the arenas the pool's allocations: what
-// make_pool builds.
+// A PlannedArena over pages_of() a HostVirtualMemory, the arenas the pool's allocations:
+// what make_pool builds.
 class PagedArena {
  public:
   explicit PagedArena(PlannedArenaOptions options = {})

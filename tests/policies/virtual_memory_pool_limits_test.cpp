@@ -2,10 +2,10 @@
 // kernel's mapping count (issue 15, F3) and requests beyond any memory (F4).
 //
 // F3: every kernel mapping counts against vm.max_map_count (65,530); the pool maps the
-// chunks of a block in handle order, so HostVirtualMemory's adjacent memfd extents merge
-// into few mappings, and a rollback whose unmap fails keeps the page mapped instead of
-// throwing from inside the rollback. F4: a request with more pages than can ever exist is
-// refused at once. The memfd pages are never written here, so gigabytes cost no memory.
+// fresh chunks of a block at increasing addresses, so HostVirtualMemory's mappings merge
+// into few, and a rollback whose unmap fails keeps the page mapped instead of throwing from
+// inside the rollback. F4: a request with more pages than can ever exist is
+// refused at once. The pages are never written here, so gigabytes cost no memory.
 #include <gtest/gtest.h>
 
 #include <chrono>

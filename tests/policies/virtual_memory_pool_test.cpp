@@ -443,8 +443,8 @@ std::string describe(const InjectedFailure& f, std::uint64_t nth) {
 // For every step (reserve, create, map), every kind of failure and every position of the
 // failing call within a request: the request throws a clear error or succeeds (when the
 // pool could work around an out-of-memory), and in every case the pool stays consistent,
-// the memfd agrees with it, live memory keeps its bytes, and the same request succeeds once
-// the failure is gone.
+// the memory under it agrees with it, live memory keeps its bytes, and the same request
+// succeeds once the failure is gone.
 TEST(VirtualMemoryPool, InjectedFailuresAtEveryStepLeaveThePoolConsistent) {
   const InjectedFailure kinds[] = {
       {Step::kReserve, Failure::kOutOfMemory, "reserve"},

@@ -82,7 +82,7 @@ def glibc_calls(tmp_path_factory):
 
 
 @pytest.mark.parametrize("conf, pool, marks", [
-    ("mode:auto", "vmm", False),  # auto: host memory is a memfd, so vmm
+    ("mode:auto", "vmm", False),  # auto: host memory maps page by page, so vmm
     ("mode:vmm", "vmm", False),
     ("mode:pool", "pool", False),
     ("mode:planned", "planned", True),

@@ -42,7 +42,7 @@ def test_exported_functions_have_pytorchs_signatures_and_serve_host_pools(librar
     ctypes.memset(a, 0xAB, 1 << 20)  # real, writable host memory
     pools = st.pools()
     assert sorted(pools) == [-1, 0, 3], sorted(pools)
-    assert st.pool(0).mode == "vmm"   # mode:auto on host memory: pages of a memfd
+    assert st.pool(0).mode == "vmm"   # mode:auto on host memory: pages that map
     s0 = sdalloc.stats(device=0)
     assert s0["allocation.all.current"] == 2 and s0["requested_bytes.all.current"] == (1 << 20) + 1000
     assert malloc(0, 0, None) is None  # zero bytes: nullptr
@@ -317,8 +317,7 @@ def test_retired_keys_are_accepted_and_ignored_with_one_warning(libraries):
     p = c.sdalloc_torch_malloc(4 * MiB, 0, None)
     assert p
     ctypes.memset(p, 0x5a, 4 * MiB)
-    with open("/proc/self/maps") as maps:                # the default pool maps memfd pages
-        assert "memfd:sdalloc-vm" in maps.read()
+    assert st.pool(0).mode == "vmm"                       # the default pool maps pages
     c.sdalloc_torch_free(p, 4 * MiB, 0, None)
     print("ok")
     """))

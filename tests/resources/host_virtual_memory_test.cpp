@@ -1,7 +1,9 @@
-// host_virtual_memory_test.cpp - HostVirtualMemory: ranges, memfd chunks, mappings, misuse.
+// host_virtual_memory_test.cpp - HostVirtualMemory: ranges, chunks, mappings, misuse.
 #include "sdalloc/resources/host_virtual_memory.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -55,52 +57,52 @@ TEST(HostVirtualMemory, MappedChunkIsWritableAndNewChunksReadAsZeros) {
 // A chunk mapped again is a page moving: its page tables are built in the map call
 // (MAP_POPULATE), so using it where it now lies faults nothing; the first map does not
 // populate (pages nobody writes would otherwise be allocated).
-TEST(HostVirtualMemory, ChunkMappedAgainIsPopulatedAndTheFirstMapIsNot) {
+// An unmapped chunk holds no memory: its pages are freed at unmap, and mapped again (here
+// or elsewhere) it is fresh zero pages, faulted in where written.
+TEST(HostVirtualMemory, UnmapFreesThePagesAndAChunkMappedAgainReadsAsZeros) {
   HostVirtualMemory memory;
   const std::size_t bytes = 64 * kPage;
   void* base = memory.reserve(2 * bytes);
   const PhysicalChunk chunk = memory.create(bytes);
   memory.map(base, chunk);
-  EXPECT_EQ(present_pages(base, bytes), 0u) << "a first map builds no page tables";
+  EXPECT_EQ(present_pages(base, bytes), 0u) << "a map builds no page tables";
   std::memset(base, 0x3c, bytes);
   EXPECT_EQ(present_pages(base, bytes), 64u);
   memory.unmap(base, bytes, Stream{});
   EXPECT_EQ(present_pages(base, bytes), 0u);
   memory.map(at(base, bytes), chunk);
-  EXPECT_EQ(present_pages(at(base, bytes), bytes), 64u) << "a chunk mapped again comes populated";
+  EXPECT_EQ(present_pages(at(base, bytes), bytes), 0u);
   long sum = 0;
   for (std::size_t i = 0; i < bytes; i += kPage) sum += *at(base, bytes + i);
-  EXPECT_EQ(sum, 64 * 0x3c);
+  EXPECT_EQ(sum, 0);
   memory.unmap(at(base, bytes), bytes, Stream{});
   memory.destroy(chunk);
   memory.release(base, 2 * bytes);
 }
 
-TEST(HostVirtualMemory, RemappedChunkKeepsItsContents) {
+// A fork()ed child gets the pool's pages copy-on-write, as it gets the heap: what it writes
+// stays its own (shared pages would let a worker process overwrite its parent's tensors).
+TEST(HostVirtualMemory, AForkedChildWritesItsOwnCopy) {
   HostVirtualMemory memory;
-  void* first = memory.reserve(2 * kChunk);
-  void* second = memory.reserve(2 * kChunk);
-  const PhysicalChunk a = memory.create(kChunk);
-  const PhysicalChunk b = memory.create(kChunk);
-  memory.map(first, a);
-  memory.map(at(first, kChunk), b);
-  std::memset(first, 'a', kChunk);
-  std::memset(at(first, kChunk), 'b', kChunk);
-  memory.unmap(first, kChunk, Stream{});
-  memory.unmap(at(first, kChunk), kChunk, Stream{});
-  // Swapped, and in another range.
-  memory.map(second, b);
-  memory.map(at(second, kChunk), a);
-  for (std::size_t i = 0; i < kChunk; i += 64) {
-    ASSERT_EQ(*at(second, i), 'b') << i;
-    ASSERT_EQ(*at(second, kChunk + i), 'a') << i;
+  void* base = memory.reserve(kChunk);
+  const PhysicalChunk chunk = memory.create(kChunk);
+  memory.map(base, chunk);
+  std::memset(base, 'p', kChunk);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const bool saw_parent = *at(base, kChunk - 1) == 'p';
+    std::memset(base, 'c', kChunk);
+    ::_exit(saw_parent ? 0 : 1);
   }
-  memory.unmap(second, kChunk, Stream{});
-  memory.unmap(at(second, kChunk), kChunk, Stream{});
-  memory.destroy(a);
-  memory.destroy(b);
-  memory.release(first, 2 * kChunk);
-  memory.release(second, 2 * kChunk);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child reads what the parent wrote before fork()";
+  for (std::size_t i = 0; i < kChunk; i += 64) ASSERT_EQ(*at(base, i), 'p') << i;
+  memory.unmap(base, kChunk, Stream{});
+  memory.destroy(chunk);
+  memory.release(base, kChunk);
 }
 
 TEST(HostVirtualMemory, ReserveHonoursAlignment) {
@@ -199,9 +201,9 @@ TEST(HostVirtualMemory, PhysicalLimitFailsCreateWithOutOfMemory) {
 // The process's kernel mappings now: one line of /proc/self/maps each.
 
 // Issue 15, F3: one mapping per chunk hit vm.max_map_count (65,530) at about 4 GiB of
-// 64 KiB chunks. Chunks created one after another are adjacent memfd extents; mapped in
-// that order at adjacent addresses, the kernel merges them. 8 GiB of sparse pages (never
-// written: no memory) would be 131,072 mappings otherwise.
+// 64 KiB chunks. Fresh pages mapped at adjacent addresses are merged by the kernel into one
+// mapping. 8 GiB of sparse pages (never written: no memory) would be 131,072 mappings
+// otherwise.
 TEST(HostVirtualMemory, F3AdjacentChunksMappedInOrderShareOneKernelMapping) {
   constexpr std::size_t kBig = 64 * 1024;
   constexpr std::size_t kCount = (std::size_t{8} << 30) / kBig;
@@ -227,18 +229,17 @@ TEST(HostVirtualMemory, F3AdjacentChunksMappedInOrderShareOneKernelMapping) {
   EXPECT_EQ(memory.physical_bytes(), 0u);
 }
 
-// Destroyed extents are reused lowest first, so chunks created after a trim are adjacent
-// again and can share a mapping.
-TEST(HostVirtualMemory, F3CreateReusesTheLowestFreeExtentFirst) {
+// Chunks created one after another have handles that follow each other (handle + bytes),
+// which is how a caller tells which chunks move together in one call.
+TEST(HostVirtualMemory, ChunksCreatedInARowHaveHandlesThatFollowEachOther) {
   HostVirtualMemory memory;
   std::vector<PhysicalChunk> chunks;
   for (int i = 0; i < 4; ++i) chunks.push_back(memory.create(kChunk));
-  memory.destroy(chunks[3]);
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(chunks[i].handle, chunks[i - 1].handle + kChunk);
   memory.destroy(chunks[1]);
-  memory.destroy(chunks[2]);
-  EXPECT_EQ(memory.create(kChunk).handle, chunks[1].handle);
-  EXPECT_EQ(memory.create(kChunk).handle, chunks[2].handle);
-  EXPECT_EQ(memory.create(kChunk).handle, chunks[3].handle);
+  const PhysicalChunk next = memory.create(kChunk);
+  EXPECT_NE(next.handle, chunks[1].handle) << "a handle names one chunk only, ever";
+  EXPECT_EQ(memory.physical_bytes(), 4 * kChunk);
 }
 
 TEST(HostVirtualMemory, DestructorReleasesWhatWasLeft) {

@@ -200,7 +200,7 @@ TEST(Cli, F3ExitStatusIsFourWhenAnAllocatorFailsOtherwise) {
   AllocatorResult not_installed;
   not_installed.problem = "libjemalloc.so.2 not found; install it with: sudo apt-get install";
   AllocatorResult failed;
-  failed.problem = "host-vm(memfd): unmap at 0x1000 of 64 KiB: mmap(PROT_NONE) failed";
+  failed.problem = "host-vm(anonymous): unmap at 0x1000 of 64 KiB: mmap(PROT_NONE) failed";
   failed.failed = true;
   EXPECT_EQ(replay_exit_status({ran, not_installed}), 0);
   EXPECT_EQ(replay_exit_status({ran, out_of_memory}), 3);

@@ -1,4 +1,4 @@
-// TorchCachingModel with expandable segments, over real memfd pages (HostVirtualMemory),
+// TorchCachingModel with expandable segments, over real host pages (HostVirtualMemory),
 // and `sdalloc replay -a torch-native,torch-expandable` end to end.
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -4,8 +4,8 @@
 // function that builds pools (make_pool, sdalloc/config/make_pool.hpp), which picks the pool
 // from it and the configuration:
 //   - virtual_memory: memory that can be mapped page by page into reserved address ranges
-//     (CUDA's cuMem API, the host's memfd, the CPU drop-in's reserved range). Where it is
-//     present the default pool is a VirtualMemoryPool over it: pages, not segments.
+//     (CUDA's cuMem API, the host's HostVirtualMemory, the CPU drop-in's reserved range). Where it
+//     is present the default pool is a VirtualMemoryPool over it: pages, not segments.
 //   - segments: whole segments (cudaMalloc, cudaMallocAsync, pinned or plain host memory,
 //     memory a caller hands in). The segment cache (CachingPool) and the planned arena take
 //     their memory from here. Always present.

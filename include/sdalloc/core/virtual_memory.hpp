@@ -10,8 +10,8 @@
 //
 // Implementations:
 //   HostVirtualMemory (host_virtual_memory.hpp)  Linux: mmap(PROT_NONE) reserves a range,
-//                                                 a memfd holds the chunks, and mmap with
-//                                                 MAP_FIXED | MAP_SHARED maps them.
+//                                                 mmap(MAP_FIXED) maps anonymous pages
+//                                                 there, mremap moves them.
 //   CudaVirtualMemory (with the CUDA backend)     cuMemAddressReserve / cuMemAddressFree,
 //                                                 cuMemCreate / cuMemRelease, cuMemMap +
 //                                                 cuMemSetAccess / cuMemUnmap.
@@ -42,14 +42,16 @@
 //    several chunks for one request likewise unmaps the ones it mapped when a later one
 //    fails (VirtualMemoryPool does).
 //
-// Contents: a chunk keeps its contents while it is unmapped and when it is mapped
-// somewhere else (the host's memfd pages stay in the page cache; a CUDA allocation handle
-// owns its memory). New chunks may hold anything (the host gives zeros).
+// Contents: move() takes a chunk's contents along. What an unmapped chunk keeps is the
+// implementation's: a CUDA allocation handle owns its memory and keeps it; the host frees
+// the pages at unmap, and a chunk mapped again reads as zeros. A caller therefore unmaps
+// only memory whose contents nobody needs (VirtualMemoryPool unmaps only pages that lie
+// wholly in free space). New chunks may hold anything (the host gives zeros).
 //
 // Errors (sdalloc/core/errors.hpp):
 //   reserve  OutOfMemory when no address range of that size can be reserved.
 //   create   OutOfMemory when the physical memory is not available (CUDA_ERROR_OUT_OF_MEMORY,
-//            ENOSPC/ENOMEM from the memfd), Error for other failures.
+//            the host's physical_limit), Error for other failures.
 //   map      OutOfMemory when the system lacks the resources to map (page tables: ENOMEM,
 //            CUDA_ERROR_OUT_OF_MEMORY), Error otherwise; nothing is mapped either way.
 //   move     OutOfMemory when the system lacks the resources to map (Linux at its mapping
@@ -75,7 +77,7 @@ namespace sdalloc {
 
 // A piece of physical memory, identified by the implementation's handle.
 struct PhysicalChunk {
-  std::uint64_t handle = 0;  // CUmemGenericAllocationHandle, or the host's memfd offset
+  std::uint64_t handle = 0;  // CUmemGenericAllocationHandle, or the host's own numbering
   std::size_t bytes = 0;     // a multiple of granularity(); 0 means "no chunk"
 
   friend constexpr bool operator==(const PhysicalChunk&, const PhysicalChunk&) = default;
@@ -140,7 +142,7 @@ class VirtualMemory {
   // refuses at once a request that needs more, instead of creating chunks one by one until
   // the system says no (a 1 TiB request is 16 M chunks of 64 KiB).
   virtual std::size_t physical_ceiling() const { return physical_capacity(); }
-  // Short name for tables and error messages, e.g. "host-vm(memfd)", "cuda-vm(device 0)".
+  // Short name for tables and error messages, e.g. "host-vm(anonymous)", "cuda-vm(device 0)".
   virtual std::string name() const = 0;
 };
 

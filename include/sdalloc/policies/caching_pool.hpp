@@ -5,7 +5,7 @@
 // from an upstream resource (two functions: allocate, deallocate) and carves allocations out
 // of them. Freed blocks stay cached and are handed out again without a system call;
 // address-adjacent free blocks merge, so a segment that empties becomes one block again.
-// Where memory is virtual (CUDA's cuMem API, host memfd, the drop-in's reserved range),
+// Where memory is virtual (CUDA's cuMem API, host memory, the drop-in's reserved range),
 // VirtualMemoryPool is the better pool: it moves free pages under a request, which no
 // segment cache can do (docs/pools.md says which pool serves which memory).
 //

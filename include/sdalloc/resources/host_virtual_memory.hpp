@@ -1,35 +1,36 @@
-// sdalloc/resources/host_virtual_memory.hpp - VirtualMemory on Linux host memory (memfd + mmap).
+// sdalloc/resources/host_virtual_memory.hpp - VirtualMemory on Linux host memory (anonymous pages).
 //
 // HostVirtualMemory implements the VirtualMemory interface (virtual_memory.hpp) with plain
 // Linux calls, so a VirtualMemoryPool can be built, tested and measured on any machine:
 //  - reserve: mmap(PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE): address space
 //    only, no memory, no commit charge. Alignments above 4 KiB over-reserve and trim.
-//  - create: a range of one memfd (memfd_create), the object's "physical memory". Chunks are
-//    extents of that one file (so a pool with thousands of chunks holds one descriptor); the
-//    file is sparse, and a chunk's pages exist only once written. destroy punches the
-//    extent out (fallocate(FALLOC_FL_PUNCH_HOLE)), which frees its pages, and the extent is
-//    reused by the next create of the same size (the lowest such extent first).
-//  - map: mmap(MAP_FIXED | MAP_SHARED) of the chunk's extent over the reserved addresses.
-//    Remapping a chunk elsewhere keeps its pages in the page cache: touching them again is
-//    a minor fault (no allocation, no zeroing), cheaper than fresh anonymous memory.
+//  - create: a chunk is a budget of physical bytes (counted against physical_limit) and a
+//    handle; it holds no memory until it is mapped and written.
+//  - map: mmap(MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS) over the reserved addresses: fresh
+//    zero pages, faulted in where they are first written. Anonymous pages fault in faster
+//    than a shared file's (the kernel's shmem path: about 30 % per page here, measured in
+//    docs/pools.md), and a fork()ed child gets them copy-on-write, as it gets the heap,
+//    instead of sharing them with its parent.
 //  - unmap: mmap(PROT_NONE, MAP_FIXED) over the mapping, which turns it back into reserved
-//    space atomically (munmap would open a hole another thread's mmap could land in).
-//  - move: mremap(MREMAP_FIXED | MREMAP_DONTUNMAP) takes the page tables along, then
-//    mmap(PROT_NONE, MAP_FIXED) over the old place (DONTUNMAP leaves it mapped, without
-//    pages, so it is never a hole). Chunks whose extents follow each other move in one
-//    call. A move of a run costs far less per page than an unmap and a populating map
-//    (measured in docs/notebook/virtual_memory_pool.md). Needs Linux 5.13 (DONTUNMAP on shared
-//    mappings): can_move() is false before, found by trying it once at construction. A run the
-//    system refuses undoes the runs moved before it; should moving one of those back be refused too
-//    (no memory left for any kernel mapping), the Error says so and the tables show where each
-//    chunk is.
+//    space atomically (munmap would open a hole another thread's mmap could land in) and
+//    frees its pages: a chunk mapped again reads as zeros (the contract allows it; a
+//    VirtualMemoryPool unmaps only pages no allocation uses).
+//  - move: mremap(MREMAP_FIXED | MREMAP_DONTUNMAP) takes the pages and their page tables
+//    along, then mmap(PROT_NONE, MAP_FIXED) over the old place (DONTUNMAP leaves it mapped,
+//    without pages, so it is never a hole). Chunks whose handles follow each other move in
+//    one call where they are one kernel mapping, else one call each. A move of a run costs
+//    far less per page than an unmap and a map (measured in
+//    docs/notebook/virtual_memory_pool.md). Needs Linux 5.7 (DONTUNMAP): can_move() is false
+//    before, found by trying it once at construction. A run the system refuses undoes the
+//    runs moved before it; should moving one of those back be refused too (no memory left
+//    for any kernel mapping), the Error says so and the tables show where each chunk is.
 //
 // Kernel mappings: Linux allows a process vm.max_map_count (65,530 by default) mappings,
-// and every map() that the kernel cannot merge with a neighbour costs one. The kernel
-// merges a mapping with the one before or after it when they map adjacent extents of the
-// file in address order; chunks created one after another are adjacent extents, so a
-// caller that maps them at increasing addresses in increasing handle order (a
-// VirtualMemoryPool does) keeps gigabytes in a handful of mappings. An unmap in the middle
+// and every map() that the kernel cannot merge with a neighbour costs one. Fresh anonymous
+// pages mapped right after a mapping of fresh pages merge with it, so a caller that maps
+// new chunks at increasing addresses (a VirtualMemoryPool does) keeps gigabytes in a
+// handful of mappings; pages that moved keep a mapping of their own until they move back
+// beside the pages they were first mapped with. An unmap in the middle
 // of a merged mapping splits it (up to two more); at the limit map() fails with
 // OutOfMemory and unmap() with Error, the mapping staying in place.
 //
@@ -41,8 +42,7 @@
 // misuse. A destructor releases what the caller left behind.
 //
 // Granularity: the page size (4 KiB). Streams are ignored: the host queues no work.
-// Thread-safe: one mutex guards the tables; system calls are made outside it, except that
-// create/destroy keep the file's extent list under it.
+// Thread-safe: one mutex guards the tables; system calls are made outside it.
 // Errors: as virtual_memory.hpp says; the message names the call, the sizes and errno.
 #pragma once
 
@@ -65,8 +65,6 @@ struct HostVirtualMemoryOptions {
   // Pre-fault the pages of a chunk when it is mapped (MAP_POPULATE). Costs one system call's
   // worth of work per chunk instead of one fault per 4 KiB page on first touch, but also
   // allocates pages the caller never touches. See docs/notebook/virtual_memory_pool.md for costs.
-  // A chunk mapped again after an unmap (a page moved) is populated whatever this says:
-  // its pages exist already, so that costs no memory.
   bool populate = false;
   // move() with mremap where Linux can (5.13 on); false: can_move() is false, and callers
   // unmap and map instead (what a comparison of the two measures).
@@ -77,7 +75,7 @@ class HostVirtualMemory final : public VirtualMemory {
  public:
   static constexpr std::size_t kPageSize = 4096;
 
-  // Throws Error when the memfd cannot be created (no memfd_create: Linux < 3.17).
+  // Throws InvalidArgument when physical_limit is not a multiple of the page size.
   explicit HostVirtualMemory(HostVirtualMemoryOptions options = {});
   ~HostVirtualMemory() override;
 
@@ -110,8 +108,7 @@ class HostVirtualMemory final : public VirtualMemory {
 
   HostVirtualMemoryOptions options_;
   std::size_t machine_bytes_ = 0;  // RAM + swap; 0 when sysinfo() failed
-  int fd_ = -1;
-  bool moves_ = false;  // mremap(MREMAP_DONTUNMAP) of a shared mapping works here
+  bool moves_ = false;             // mremap(MREMAP_DONTUNMAP) of private anonymous pages works here
   mutable std::mutex mutex_;
   std::unique_ptr<Tables> tables_;
 };

@@ -12,10 +12,10 @@
 // block.
 //
 // Mapping order: the chunks of each kind (moved, spare, created) go under a block in
-// increasing handle order at increasing addresses. HostVirtualMemory's handles are memfd
-// offsets and chunks created one after another are adjacent, so the kernel merges their
-// mappings into one: 4 GiB of fresh 64 KiB pages is one mapping, not 65,536 (Linux allows
-// 65,530 per process).
+// increasing handle order at increasing addresses. On the host, fresh pages mapped beside
+// each other merge into one kernel mapping: 4 GiB of fresh 64 KiB pages is one mapping, not
+// 65,536 (Linux allows 65,530 per process); chunks created one after another have handles
+// that follow each other and move in one call.
 //
 // Rollback cannot throw: a page whose unmap fails stays mapped under free space, which the
 // invariant allows, and the request's own error goes on.

@@ -121,7 +121,7 @@ const std::vector<InProcessAllocator>& in_process_allocators() {
       {"torch-native", "PyTorch's CUDA caching allocator (a model) over host memory",
        make_torch_native_target},
       {"torch-expandable",
-       "PyTorch's caching allocator (a model), expandable_segments:True, memfd pages",
+       "PyTorch's caching allocator (a model), expandable_segments:True, host pages",
        make_torch_expandable_target},
   };
   return allocators;

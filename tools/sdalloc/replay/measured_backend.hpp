@@ -3,9 +3,9 @@
 //
 // `sdalloc replay` reports what an allocator held from the system at its peak. sdalloc's
 // pools are built by make_pool() over a MemoryBackend; this one's segments (mmap) and
-// physical chunks (memfd) both pass through counting adaptors that add to one HeldBytes, so
-// the peak is the most held at once whichever way the pool took its memory (a planned
-// arena's segments beside a fallback's, say). Measured, never estimated: the adaptors count
+// physical chunks (HostVirtualMemory) both pass through counting adaptors that add to one
+// HeldBytes, so the peak is the most held at once whichever way the pool took its memory (a
+// planned arena's segments beside a fallback's, say). Measured, never estimated: the adaptors count
 // what the system said yes to. The counters outlive the backend (shared).
 //
 // As on a GPU (device_like): the virtual memory maps 2 MiB pages and cannot move them

@@ -5,7 +5,7 @@
 // pages into it as requests need them: pages of 2 MiB in the small pool's range, 20 MiB in
 // the large pool's, each page its own physical allocation (cuMemCreate) so any one can be
 // unmapped later. ExpandableSegment is that range over a sdalloc::VirtualMemory (the host's
-// memfd in `sdalloc replay`, so the pages are real memory that can be written).
+// HostVirtualMemory in `sdalloc replay`, so the pages are real memory that can be written).
 //  - map(ptr, bytes): ptr at a page boundary; creates and maps the pages that cover
 //    [ptr, ptr + bytes) and answers how many bytes from ptr are now mapped (whole pages).
 //    When the memory runs out it undoes what it did and answers 0, as PyTorch's does.

@@ -49,7 +49,7 @@ class TorchNativeTarget final : public ReplayTarget {
   std::optional<TorchCachingModel> model_;  // destroyed first: gives its segments back
 };
 
-// Pages of a memfd; --capacity caps the pages that exist at once.
+// Host pages (HostVirtualMemory); --capacity caps the pages that exist at once.
 class TorchExpandableTarget final : public ReplayTarget {
  public:
   explicit TorchExpandableTarget(const TargetSettings& settings)

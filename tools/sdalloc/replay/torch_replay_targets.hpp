@@ -6,7 +6,7 @@
 //   torch-native      the native caching allocator: segments from host memory
 //                     (HostResource), capped by --capacity (LimitResource), measured by a
 //                     StatsResource under the model.
-//   torch-expandable  the same with expandable_segments:True: pages of a memfd
+//   torch-expandable  the same with expandable_segments:True: host pages
 //                     (HostVirtualMemory, --capacity its physical limit) mapped into one
 //                     range per stream and pool; what it holds is the pages mapped.
 // Both hand out real memory (--touch writes it).
