@@ -273,18 +273,24 @@ void RangeVirtualMemory::destroy(PhysicalChunk chunk) {
   physical_.fetch_sub(chunk.bytes, std::memory_order_relaxed);
 }
 
-void RangeVirtualMemory::map(void* address, PhysicalChunk chunk) {
-  if (!range_.contains(address)) {
-    throw InvalidArgument("RangeVirtualMemory::map: address outside the reserved range");
+void RangeVirtualMemory::map(void* address, PhysicalChunk chunk) { map_run(address, &chunk, 1); }
+
+void RangeVirtualMemory::map_run(void* address, const PhysicalChunk* chunks, std::size_t count) {
+  if (count == 0) return;
+  if (chunks == nullptr) throw InvalidArgument("RangeVirtualMemory::map_run: no chunks given");
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) total += chunks[i].bytes;
+  if (!range_.contains(address) || total > range_.size() ||
+      reinterpret_cast<std::uintptr_t>(address) - range_.base() > range_.size() - total) {
+    throw InvalidArgument("RangeVirtualMemory::map_run: the run is not inside the reserved range");
   }
-  if (!ReservedRange::commit(address, chunk.bytes)) {
+  if (!ReservedRange::commit(address, total)) {
     const int error = errno;
-    ReservedRange::protect(address, chunk.bytes);
-    errno = error;
-    throw OutOfMemory::describe("the drop-in's address range", info_of(chunk.bytes, 0, 0),
-                                std::string("mmap: ") + std::strerror(errno));
+    ReservedRange::protect(address, total);
+    throw OutOfMemory::describe("the drop-in's address range", info_of(total, 0, 0),
+                                std::string("mmap: ") + std::strerror(error));
   }
-  FreshPages::of_this_thread().note(address, chunk.bytes);
+  FreshPages::of_this_thread().note(address, total);
 }
 
 void RangeVirtualMemory::unmap(void* address, std::size_t bytes, Stream /*last_use*/) {

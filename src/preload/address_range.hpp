@@ -139,6 +139,9 @@ class RangeVirtualMemory final : public VirtualMemory {
   PhysicalChunk create(std::size_t bytes) override;
   void destroy(PhysicalChunk chunk) override;
   void map(void* address, PhysicalChunk chunk) override;
+  // One commit for the whole run.
+  bool maps_runs() const override { return true; }
+  void map_run(void* address, const PhysicalChunk* chunks, std::size_t count) override;
   void unmap(void* address, std::size_t bytes, Stream last_use) override;
   bool can_move() const override { return moves_; }
   // All or nothing: one mremap for the whole run where it lies in one kernel mapping, else

@@ -98,6 +98,28 @@ std::size_t machine_bytes() {
   return pages > std::numeric_limits<std::size_t>::max() / unit ? 0 : pages * unit;
 }
 
+// What breaks the rules if `chunk` is mapped at `at` (virtual_memory.hpp), or "".
+std::string map_problem(const detail::VirtualMemoryLedger& ledger, std::uintptr_t at,
+                        PhysicalChunk chunk) {
+  const detail::VirtualMemoryLedger::Chunk* found = ledger.find_chunk(chunk.handle, chunk.bytes);
+  if (found == nullptr) {
+    return "map of chunk " + std::to_string(chunk.handle) + " (" + format_bytes(chunk.bytes) +
+           "), which is not a chunk created here";
+  }
+  if (found->mapped) {
+    return "map of chunk " + std::to_string(chunk.handle) + ", which is already mapped";
+  }
+  if (at % HostVirtualMemory::kPageSize != 0 ||
+      ledger.range_holding(at, chunk.bytes) == ledger.ranges().end()) {
+    return "map at " + hex(at) + " of " + format_bytes(chunk.bytes) +
+           ": not a page-aligned place inside a reserved range";
+  }
+  if (ledger.overlaps_mapping(at, chunk.bytes)) {
+    return "map at " + hex(at) + " of " + format_bytes(chunk.bytes) + " overlaps a mapping";
+  }
+  return {};
+}
+
 }  // namespace
 
 struct HostVirtualMemory::Tables {
@@ -240,48 +262,50 @@ void HostVirtualMemory::destroy(PhysicalChunk chunk) {
 // ---------------------------------------------------------------------------------------
 // mappings
 
-void HostVirtualMemory::map(void* address, PhysicalChunk chunk) {
+void HostVirtualMemory::map(void* address, PhysicalChunk chunk) { map_run(address, &chunk, 1); }
+
+void HostVirtualMemory::map_run(void* address, const PhysicalChunk* chunks, std::size_t count) {
+  if (count == 0) return;
+  if (chunks == nullptr) {
+    throw InvalidArgument(name() + ": map_run of " + std::to_string(count) +
+                          " chunks without the chunks");
+  }
   const auto addr = reinterpret_cast<std::uintptr_t>(address);
   Tables& t = *tables_;
+  std::size_t total = 0;
   {
     std::lock_guard lock(mutex_);
-    const detail::VirtualMemoryLedger::Chunk* found =
-        t.ledger.find_chunk(chunk.handle, chunk.bytes);
-    if (found == nullptr) {
-      throw InvalidArgument(name() + ": map of chunk " + std::to_string(chunk.handle) + " (" +
-                            format_bytes(chunk.bytes) + "), which is not a chunk created here");
+    std::size_t claimed = 0;  // mappings recorded so far, undone if a later chunk is refused
+    try {
+      for (; claimed < count; total += chunks[claimed++].bytes) {
+        const std::string problem = map_problem(t.ledger, addr + total, chunks[claimed]);
+        if (!problem.empty()) throw InvalidArgument(name() + ": " + problem);
+        t.ledger.add_mapping(addr + total, chunks[claimed].handle, chunks[claimed].bytes);
+      }
+    } catch (...) {
+      for (std::size_t i = 0, undo = 0; i < claimed; undo += chunks[i++].bytes) {
+        t.ledger.remove_mapping(addr + undo);
+      }
+      throw;
     }
-    if (found->mapped) {
-      throw InvalidArgument(name() + ": map of chunk " + std::to_string(chunk.handle) +
-                            ", which is already mapped");
-    }
-    if (addr % kPageSize != 0 ||
-        t.ledger.range_holding(addr, chunk.bytes) == t.ledger.ranges().end()) {
-      throw InvalidArgument(name() + ": map at " + hex(addr) + " of " + format_bytes(chunk.bytes) +
-                            ": not a page-aligned place inside a reserved range");
-    }
-    if (t.ledger.overlaps_mapping(addr, chunk.bytes)) {
-      throw InvalidArgument(name() + ": map at " + hex(addr) + " of " + format_bytes(chunk.bytes) +
-                            " overlaps a mapping");
-    }
-    t.ledger.add_mapping(addr, chunk.handle, chunk.bytes);  // claimed
   }
   // Fresh zero pages, faulted in where they are first written. MAP_NORESERVE: like the
   // address space around them, they are not charged to the system's commit limit before
   // they exist.
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED;
   if (options_.populate) flags |= MAP_POPULATE;
-  void* result = ::mmap(address, chunk.bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
-  if (result == MAP_FAILED) {
+  if (::mmap(address, total, PROT_READ | PROT_WRITE, flags, -1, 0) == MAP_FAILED) {
     const int error = errno;
     // A failed MAP_FIXED may have removed the reservation underneath: restore it.
-    (void)reserve_again(address, chunk.bytes);
+    (void)reserve_again(address, total);
     std::lock_guard lock(mutex_);
-    t.ledger.remove_mapping(addr);
-    throw_refused(name(),
-                  "map at " + hex(addr) + " of " + format_bytes(chunk.bytes) + ": " +
-                      system_error("mmap", error),
-                  error, chunk.bytes);
+    for (std::size_t i = 0, at = 0; i < count; at += chunks[i++].bytes) {
+      t.ledger.remove_mapping(addr + at);
+    }
+    throw_refused(
+        name(),
+        "map at " + hex(addr) + " of " + format_bytes(total) + ": " + system_error("mmap", error),
+        error, total);
   }
 }
 

@@ -81,7 +81,6 @@ void VirtualMemoryLedger::add_mapping(std::uintptr_t address, std::uint64_t chun
   mappings_.emplace(address, Mapping{bytes, chunk});
   if (const auto it = chunks_.find(chunk); it != chunks_.end()) {
     it->second.mapped = true;
-    it->second.was_mapped = true;
   }
   mapped_bytes_ += bytes;
 }

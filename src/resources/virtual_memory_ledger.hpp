@@ -28,7 +28,6 @@ class VirtualMemoryLedger {
   struct Chunk {
     std::size_t bytes = 0;
     bool mapped = false;
-    bool was_mapped = false;  // mapped at least once: its pages may hold data
   };
   struct Mapping {
     std::size_t bytes = 0;

@@ -29,6 +29,10 @@ class CountingVirtualMemory final : public VirtualMemory {
   PhysicalChunk create(std::size_t bytes) override { return inner_->create(bytes); }
   void destroy(PhysicalChunk chunk) override { inner_->destroy(chunk); }
   void map(void* address, PhysicalChunk chunk) override { inner_->map(address, chunk); }
+  [[nodiscard]] bool maps_runs() const override { return inner_->maps_runs(); }
+  void map_run(void* address, const PhysicalChunk* chunks, std::size_t count) override {
+    inner_->map_run(address, chunks, count);
+  }
   void unmap(void* address, std::size_t bytes, Stream last_use) override {
     inner_->unmap(address, bytes, last_use);
     unmaps_.fetch_add(1, std::memory_order_relaxed);

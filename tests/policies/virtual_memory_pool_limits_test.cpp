@@ -83,6 +83,27 @@ TEST(VirtualMemoryPoolLimits, F3EightGiBInManyAllocationsStaysFarBelowTheMapping
   EXPECT_NO_THROW(pool.check_invariants());
 }
 
+// Where the memory maps a run of pages in one call, a refused run maps nothing: the request
+// fails with that error, the pool keeps no page of it, and the next request is served.
+TEST(VirtualMemoryPoolLimits, ARefusedRunOfPagesLeavesNothingMapped) {
+  HostVirtualMemory real;
+  FailingVirtualMemory memory(real, /*runs=*/true);
+  ASSERT_TRUE(memory.maps_runs());
+  VirtualMemoryPool pool(memory);
+  memory.fail(Step::kMap, 0);
+  EXPECT_THROW((void)pool.allocate(kBlock), OutOfMemory);
+  EXPECT_EQ(memory.calls(Step::kMap), 1u) << "the block's 24 pages are one run, one call";
+  EXPECT_NO_THROW(pool.check_invariants());
+  EXPECT_EQ(pool.vm_stats().mapped_bytes, 0u);
+  EXPECT_EQ(real.mapped_bytes(), 0u);
+  void* ptr = pool.allocate(kBlock);
+  ASSERT_NE(ptr, nullptr);
+  EXPECT_EQ(real.mapped_bytes(), kBlock);
+  EXPECT_EQ(memory.calls(Step::kMap), 2u);
+  pool.free(ptr);
+  EXPECT_NO_THROW(pool.check_invariants());
+}
+
 TEST(VirtualMemoryPoolLimits, F3RollbackKeepsAPageWhoseUnmapFailsAndThrowsTheMapsError) {
   HostVirtualMemory real;
   FailingVirtualMemory memory(real);

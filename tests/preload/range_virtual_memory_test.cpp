@@ -83,6 +83,27 @@ TEST_F(RangeVirtualMemoryMove, MovesPagesWithTheirContentsAndPageTables) {
   memory.release(base, 16 * kChunk);
 }
 
+// A run of chunks is committed in one call, noted fresh for calloc as a whole; a run that
+// does not lie wholly inside the range is refused before anything is mapped.
+TEST(RangeVirtualMemory, MapRunCommitsARunOfFreshPagesAndRefusesOneOutsideTheRange) {
+  Range range;
+  RangeVirtualMemory memory{range.reserved, 0};
+  ASSERT_TRUE(memory.maps_runs());
+  void* base = memory.reserve(4 * kChunk);
+  const PhysicalChunk run[] = {memory.create(kChunk), memory.create(kChunk), memory.create(kChunk)};
+  FreshPages::of_this_thread().clear();
+  memory.map_run(base, run, 3);
+  const FreshPages& fresh = FreshPages::of_this_thread();
+  EXPECT_EQ(fresh.begin, reinterpret_cast<std::uintptr_t>(base));
+  EXPECT_EQ(fresh.end - fresh.begin, 3 * kChunk);
+  std::memset(base, 'r', 3 * kChunk);
+  const auto end = reinterpret_cast<void*>(range.reserved.base() + range.reserved.size());
+  EXPECT_THROW(memory.map_run(at(end, 0) - kChunk, run, 2), InvalidArgument);
+  EXPECT_THROW(memory.map_run(base, nullptr, 1), InvalidArgument);
+  for (int i = 0; i < 3; ++i) memory.unmap(at(base, i * kChunk), kChunk, Stream{});
+  memory.release(base, 4 * kChunk);
+}
+
 // Pages moved in from elsewhere keep a kernel mapping of their own beside their new
 // neighbours (another anon_vma). Linux 6.17 and later move such a run in one mremap; before,
 // it answers EFAULT and the run moves chunk by chunk. Either way it arrives whole.

@@ -57,6 +57,38 @@ TEST(HostVirtualMemory, MappedChunkIsWritableAndNewChunksReadAsZeros) {
 // A chunk mapped again is a page moving: its page tables are built in the map call
 // (MAP_POPULATE), so using it where it now lies faults nothing; the first map does not
 // populate (pages nobody writes would otherwise be allocated).
+// A run of chunks maps side by side in one call (one kernel mapping), each unmapped on its
+// own later; a run with a chunk that breaks the rules maps none of them.
+TEST(HostVirtualMemory, MapRunMapsChunksSideBySideAllOrNothing) {
+  HostVirtualMemory memory;
+  ASSERT_TRUE(memory.maps_runs());
+  void* base = memory.reserve(8 * kChunk);
+  std::vector<PhysicalChunk> run;
+  for (int i = 0; i < 4; ++i) run.push_back(memory.create(kChunk));
+  const std::size_t mappings = kernel_mappings();
+  memory.map_run(base, run.data(), run.size());
+  EXPECT_EQ(memory.mapped_bytes(), 4 * kChunk);
+  EXPECT_LE(kernel_mappings(), mappings + 2);
+  std::memset(base, 'r', 4 * kChunk);
+  memory.unmap(at(base, kChunk), kChunk, Stream{});  // one chunk of the run on its own
+  EXPECT_EQ(memory.mapped_bytes(), 3 * kChunk);
+  EXPECT_EQ(*at(base, 2 * kChunk), 'r');
+  // A run whose second chunk is still mapped elsewhere: refused, nothing mapped.
+  const PhysicalChunk bad[] = {run[1], run[2]};
+  EXPECT_THROW(memory.map_run(at(base, 4 * kChunk), bad, 2), InvalidArgument);
+  EXPECT_EQ(memory.mapped_bytes(), 3 * kChunk);
+  // A run past the end of the range: refused, nothing mapped.
+  const PhysicalChunk spare[] = {run[1], memory.create(kChunk)};
+  EXPECT_THROW(memory.map_run(at(base, 7 * kChunk), spare, 2), InvalidArgument);
+  EXPECT_EQ(memory.mapped_bytes(), 3 * kChunk);
+  EXPECT_THROW(memory.map_run(base, nullptr, 1), InvalidArgument);
+  EXPECT_NO_THROW(memory.map_run(base, nullptr, 0));
+  memory.map_run(at(base, 6 * kChunk), spare, 2);
+  EXPECT_EQ(memory.mapped_bytes(), 5 * kChunk);
+  for (const std::size_t c : {0, 2, 3, 6, 7}) memory.unmap(at(base, c * kChunk), kChunk, Stream{});
+  memory.release(base, 8 * kChunk);
+}
+
 // An unmapped chunk holds no memory: its pages are freed at unmap, and mapped again (here
 // or elsewhere) it is fresh zero pages, faulted in where written.
 TEST(HostVirtualMemory, UnmapFreesThePagesAndAChunkMappedAgainReadsAsZeros) {

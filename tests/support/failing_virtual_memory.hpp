@@ -5,7 +5,8 @@
 // OutOfMemory") and checks that the pool above reports the failure clearly and stays
 // consistent. The steps that may fail by contract are armable (reserve, create, map), and
 // unmap, which fails only when the system does (Linux at vm.max_map_count): an armed unmap
-// throws without unmapping, so the mapping stays, as HostVirtualMemory's does.
+// throws without unmapping, so the mapping stays, as HostVirtualMemory's does. With `runs`,
+// it maps runs where the real one does (map_run), and an armed map fails the whole run.
 // Thread-safe like the VirtualMemory it wraps (the counters are atomics).
 #pragma once
 
@@ -24,7 +25,8 @@ class FailingVirtualMemory final : public VirtualMemory {
   enum class Step { kReserve, kCreate, kMap, kUnmap };
   enum class Failure { kOutOfMemory, kError };
 
-  explicit FailingVirtualMemory(VirtualMemory& real) : real_(real) {}
+  explicit FailingVirtualMemory(VirtualMemory& real, bool runs = false)
+      : real_(real), runs_(runs) {}
 
   // The `nth` call (0: the next one) of `step` from now throws `failure`; later calls pass,
   // unless `persistent`: then every call from the nth on fails until disarm().
@@ -56,6 +58,11 @@ class FailingVirtualMemory final : public VirtualMemory {
   void map(void* address, PhysicalChunk chunk) override {
     maybe_fail(Step::kMap, "map");
     real_.map(address, chunk);
+  }
+  bool maps_runs() const override { return runs_ && real_.maps_runs(); }
+  void map_run(void* address, const PhysicalChunk* chunks, std::size_t count) override {
+    maybe_fail(Step::kMap, "map");
+    real_.map_run(address, chunks, count);
   }
   void unmap(void* address, std::size_t bytes, Stream last_use) override {
     maybe_fail(Step::kUnmap, "unmap");
@@ -90,6 +97,7 @@ class FailingVirtualMemory final : public VirtualMemory {
   }
 
   VirtualMemory& real_;
+  bool runs_ = false;
   static constexpr std::size_t kSteps = 4;
   Failure failure_[kSteps] = {};
   bool persistent_[kSteps] = {};

@@ -118,6 +118,15 @@ class VirtualMemory {
   // again. See "Work done before unmap".
   virtual void unmap(void* address, std::size_t bytes, Stream last_use) = 0;
 
+  // --- mapping runs (optional) ---------------------------------------------------------
+  // Whether map_run() works here: where it does, a caller maps a run of chunks in one call
+  // instead of one map() each (the host: one mmap).
+  virtual bool maps_runs() const { return false; }
+  // Maps `count` chunks one after another from `address` (each at the end of the one
+  // before), as map() would each: all or nothing, nothing mapped when it throws. Where
+  // maps_runs() is false: InvalidArgument.
+  virtual void map_run(void* address, const PhysicalChunk* chunks, std::size_t count);
+
   // --- moving mappings (optional) -----------------------------------------------------
   // Whether move() works here. A caller that cannot move unmaps and maps instead, which
   // has the same result: moving is only cheaper (the host moves the page tables with the

@@ -10,7 +10,8 @@
 //    zero pages, faulted in where they are first written. Anonymous pages fault in faster
 //    than a shared file's (the kernel's shmem path: about 30 % per page here, measured in
 //    docs/pools.md), and a fork()ed child gets them copy-on-write, as it gets the heap,
-//    instead of sharing them with its parent.
+//    instead of sharing them with its parent. map_run maps a run of chunks side by side
+//    with one mmap (maps_runs() is true): a block of many pages costs one system call.
 //  - unmap: mmap(PROT_NONE, MAP_FIXED) over the mapping, which turns it back into reserved
 //    space atomically (munmap would open a hole another thread's mmap could land in) and
 //    frees its pages: a chunk mapped again reads as zeros (the contract allows it; a
@@ -85,6 +86,9 @@ class HostVirtualMemory final : public VirtualMemory {
   PhysicalChunk create(std::size_t bytes) override;
   void destroy(PhysicalChunk chunk) override;
   void map(void* address, PhysicalChunk chunk) override;
+  // One mmap for the whole run (anonymous pages carry nothing of the chunk they stand for).
+  bool maps_runs() const override { return true; }
+  void map_run(void* address, const PhysicalChunk* chunks, std::size_t count) override;
   void unmap(void* address, std::size_t bytes, Stream last_use) override;
   bool can_move() const override { return moves_; }
   void move(void* from, void* to, const PhysicalChunk* chunks, std::size_t count,

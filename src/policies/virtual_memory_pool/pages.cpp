@@ -4,12 +4,13 @@
 // vm_pool_impl.hpp). back_pages is the shard's backing hook: it counts the block's unmapped
 // pages and gathers that many chunks from the spares, from free pages of this shard (or,
 // at later levels, of other shards), and from the VirtualMemory, in the order the policy
-// allows; then maps them. Free pages move where the memory can move (VirtualMemory::move:
-// on the host the page tables come along, and a run of neighbours is one call): they stay
-// mapped until then, so a page that is not needed after all has cost nothing. Whatever it
-// cannot use goes back, so a failed attempt leaves the pool consistent (pages moved before
-// a failure stay as spare chunks). A page is moved only when it lies wholly inside a free
-// block.
+// allows; then maps them, each run of unmapped pages in one call where the memory can
+// (VirtualMemory::map_run: on the host one mmap). Free pages move where the memory can move
+// (VirtualMemory::move: on the host the page tables come along, and a run of neighbours is
+// one call): they stay mapped until then, so a page that is not needed after all has cost
+// nothing. Whatever it cannot use goes back, so a failed attempt leaves the pool consistent
+// (pages moved before a failure stay as spare chunks). A page is moved only when it lies
+// wholly inside a free block.
 //
 // Mapping order: the chunks of each kind (moved, spare, created) go under a block in
 // increasing handle order at increasing addresses. On the host, fresh pages mapped beside
@@ -152,20 +153,43 @@ void VirtualMemoryPool::Impl::map_pages(PoolShard& shard, VmRange& range, std::s
   std::vector<std::size_t> mapped_here;
   mapped_here.reserve(got.size());
   try {
-    for (std::size_t p = move_pages(range, first, end, got, mapped_here); p < end; ++p) {
-      if (range.is_mapped(p)) continue;
-      const std::uint32_t chunk = got.take();
+    // Each run of unmapped pages in one call where the memory can (the host: one mmap for
+    // all of them), else page by page.
+    const bool runs = memory.maps_runs();
+    std::vector<std::uint32_t> taken;
+    std::vector<PhysicalChunk> run;
+    for (std::size_t p = move_pages(range, first, end, got, mapped_here); p < end;) {
+      if (range.is_mapped(p)) {
+        ++p;
+        continue;
+      }
+      taken.clear();
+      run.clear();
+      for (std::size_t q = p; q < end && !range.is_mapped(q) && (runs || q == p); ++q) {
+        taken.push_back(got.take());
+        run.push_back(chunk_at(taken.back()));
+      }
       try {
-        memory.map(reinterpret_cast<void*>(range.page_address(p)), chunk_at(chunk));
+        void* address = reinterpret_cast<void*>(range.page_address(p));
+        if (runs) {
+          memory.map_run(address, run.data(), run.size());
+        } else {
+          memory.map(address, run.front());
+        }
       } catch (...) {
-        got.put_back(chunk);
+        while (!taken.empty()) {  // the last taken goes back first: got's order is kept
+          got.put_back(taken.back());
+          taken.pop_back();
+        }
         throw;
       }
-      range.pages[p] = chunk + 1;
-      ++range.mapped_pages;
-      mapped_here.push_back(p);
-      counters.maps.fetch_add(1, std::memory_order_relaxed);
-      counters.mapped.add(range.page_size);
+      for (const std::uint32_t chunk : taken) {
+        range.pages[p] = chunk + 1;
+        ++range.mapped_pages;
+        mapped_here.push_back(p++);
+      }
+      counters.maps.fetch_add(taken.size(), std::memory_order_relaxed);
+      counters.mapped.add(taken.size() * range.page_size);
     }
   } catch (...) {
     // Roll back: the request fails as if it had never been made. A page that cannot be

@@ -63,6 +63,10 @@ class CountedVirtualMemory final : public VirtualMemory {
     held_->sub(chunk.bytes);
   }
   void map(void* address, PhysicalChunk chunk) override { host_.map(address, chunk); }
+  bool maps_runs() const override { return host_.maps_runs(); }
+  void map_run(void* address, const PhysicalChunk* chunks, std::size_t count) override {
+    host_.map_run(address, chunks, count);
+  }
   void unmap(void* address, std::size_t bytes, Stream last_use) override {
     host_.unmap(address, bytes, last_use);
   }
