@@ -203,27 +203,6 @@ void RangeResource::do_deallocate(void* ptr, std::size_t bytes, Stream /*stream*
 // =======================================================================================
 // RangeVirtualMemory
 
-namespace {
-
-// Whether the kernel moves private anonymous pages with MREMAP_DONTUNMAP (Linux 5.7): tried
-// once on a written page, which must arrive with what was written.
-bool can_move_private_pages() {
-  void* area =
-      ::mmap(nullptr, 2 * kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (area == MAP_FAILED) return false;
-  const auto first = reinterpret_cast<std::uintptr_t>(area);
-  bool works = false;
-  if (ReservedRange::commit(area, kPage)) {
-    static_cast<volatile char*>(area)[0] = 'm';
-    works = RangeVirtualMemory::move_private_pages(first, first + kPage, kPage) == 0 &&
-            reinterpret_cast<volatile char*>(first + kPage)[0] == 'm';
-  }
-  ::munmap(area, 2 * kPage);
-  return works;
-}
-
-}  // namespace
-
 // `from` keeps an empty mapping (DONTUNMAP) until the caller protects it.
 int RangeVirtualMemory::move_private_pages(std::uintptr_t from, std::uintptr_t to,
                                            std::size_t bytes) {
@@ -236,7 +215,7 @@ RangeVirtualMemory::RangeVirtualMemory(ReservedRange& range, std::size_t physica
     : range_(range),
       physical_limit_(physical_limit),
       mover_(mover),
-      moves_(moves && mover != nullptr && can_move_private_pages()) {}
+      moves_(moves && mover != nullptr && detail::can_move_private_pages()) {}
 
 std::string RangeVirtualMemory::name() const {
   return "preload-vm(" + format_size(range_.size()) + ")";
@@ -280,8 +259,7 @@ void RangeVirtualMemory::map_run(void* address, const PhysicalChunk* chunks, std
   if (chunks == nullptr) throw InvalidArgument("RangeVirtualMemory::map_run: no chunks given");
   std::size_t total = 0;
   for (std::size_t i = 0; i < count; ++i) total += chunks[i].bytes;
-  if (!range_.contains(address) || total > range_.size() ||
-      reinterpret_cast<std::uintptr_t>(address) - range_.base() > range_.size() - total) {
+  if (!range_.contains(reinterpret_cast<std::uintptr_t>(address), total)) {
     throw InvalidArgument("RangeVirtualMemory::map_run: the run is not inside the reserved range");
   }
   if (!ReservedRange::commit(address, total)) {
@@ -317,10 +295,8 @@ void RangeVirtualMemory::move(void* from, void* to, const PhysicalChunk* chunks,
   }
   const auto src = reinterpret_cast<std::uintptr_t>(from);
   const auto dst = reinterpret_cast<std::uintptr_t>(to);
-  const std::uintptr_t base = range_.base();
-  const std::size_t size = range_.size();
   const auto inside = [&](std::uintptr_t p) {
-    return p % kPageSize == 0 && p >= base && p - base <= size && total <= size - (p - base);
+    return p % kPageSize == 0 && range_.contains(p, total);
   };
   if (!inside(src) || !inside(dst)) {
     throw InvalidArgument(

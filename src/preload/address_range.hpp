@@ -42,6 +42,11 @@ class ReservedRange {
         reinterpret_cast<std::uintptr_t>(ptr) - base_.load(std::memory_order_relaxed);
     return offset < size_.load(std::memory_order_relaxed);
   }
+  // Whether all of [p, p + bytes) lies inside (bytes > 0).
+  bool contains(std::uintptr_t p, std::size_t bytes) const {
+    const std::uintptr_t offset = p - base();
+    return offset < size() && bytes <= size() - offset;
+  }
   std::uintptr_t base() const { return base_.load(std::memory_order_relaxed); }
   std::size_t size() const { return size_.load(std::memory_order_relaxed); }
 

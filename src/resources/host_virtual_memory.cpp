@@ -9,13 +9,12 @@
 
 #include <sys/mman.h>
 #include <sys/sysinfo.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <map>
+#include <ranges>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,25 +69,6 @@ int move_mapping(void* from, void* to, std::size_t bytes) {
   return 0;
 }
 
-// Whether mremap with MREMAP_DONTUNMAP moves private anonymous pages here (Linux 5.7):
-// tried once on a written scratch page, which must arrive with its contents.
-bool can_move_private_pages() {
-  constexpr std::size_t kPage = 4096;
-  void* area =
-      ::mmap(nullptr, 2 * kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (area == MAP_FAILED) return false;
-  char* first = static_cast<char*>(area);
-  bool works = false;
-  if (::mmap(first, kPage, PROT_READ | PROT_WRITE,
-             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) != MAP_FAILED) {
-    static_cast<volatile char*>(area)[0] = 'm';
-    works = move_mapping(first, first + kPage, kPage) == 0 &&
-            static_cast<volatile char*>(first + kPage)[0] == 'm';
-  }
-  ::munmap(area, 2 * kPage);
-  return works;
-}
-
 // RAM + swap: no more pages than this can ever exist at once. 0 when unknown.
 std::size_t machine_bytes() {
   struct sysinfo info {};
@@ -136,7 +116,7 @@ HostVirtualMemory::HostVirtualMemory(HostVirtualMemoryOptions options)
     throw InvalidArgument("HostVirtualMemory: physical_limit must be a multiple of 4096, got " +
                           std::to_string(options_.physical_limit));
   }
-  moves_ = options_.move_mappings && can_move_private_pages();
+  moves_ = options_.move_mappings && detail::can_move_private_pages();
 }
 
 HostVirtualMemory::~HostVirtualMemory() {
@@ -272,6 +252,12 @@ void HostVirtualMemory::map_run(void* address, const PhysicalChunk* chunks, std:
   }
   const auto addr = reinterpret_cast<std::uintptr_t>(address);
   Tables& t = *tables_;
+  // Gives back the first `claimed` mappings of the run (the caller holds mutex_).
+  const auto unclaim = [&](std::size_t claimed) {
+    for (std::size_t i = 0, at = 0; i < claimed; at += chunks[i++].bytes) {
+      t.ledger.remove_mapping(addr + at);
+    }
+  };
   std::size_t total = 0;
   {
     std::lock_guard lock(mutex_);
@@ -283,9 +269,7 @@ void HostVirtualMemory::map_run(void* address, const PhysicalChunk* chunks, std:
         t.ledger.add_mapping(addr + total, chunks[claimed].handle, chunks[claimed].bytes);
       }
     } catch (...) {
-      for (std::size_t i = 0, undo = 0; i < claimed; undo += chunks[i++].bytes) {
-        t.ledger.remove_mapping(addr + undo);
-      }
+      unclaim(claimed);
       throw;
     }
   }
@@ -299,9 +283,7 @@ void HostVirtualMemory::map_run(void* address, const PhysicalChunk* chunks, std:
     // A failed MAP_FIXED may have removed the reservation underneath: restore it.
     (void)reserve_again(address, total);
     std::lock_guard lock(mutex_);
-    for (std::size_t i = 0, at = 0; i < count; at += chunks[i++].bytes) {
-      t.ledger.remove_mapping(addr + at);
-    }
+    unclaim(count);
     throw_refused(
         name(),
         "map at " + hex(addr) + " of " + format_bytes(total) + ": " + system_error("mmap", error),
@@ -415,9 +397,9 @@ void HostVirtualMemory::move(void* from, void* to, const PhysicalChunk* chunks, 
   // Back where they were, piece by piece; a piece the system will not move back either stays
   // at its new place, and the tables say so (both refusals in a row: no memory left for
   // kernel mappings at all).
-  for (auto piece = pieces.rbegin(); piece != pieces.rend(); ++piece) {
-    if (move_mapping(at(dst, piece->first), at(src, piece->first), piece->second) != 0) {
-      stuck.push_back(*piece);
+  for (const auto& piece : std::views::reverse(pieces)) {
+    if (move_mapping(at(dst, piece.first), at(src, piece.first), piece.second) != 0) {
+      stuck.push_back(piece);
     }
   }
   std::size_t stuck_bytes = 0;

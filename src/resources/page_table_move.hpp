@@ -27,4 +27,24 @@ inline int move_with_page_tables(void* from, void* to, std::size_t bytes) {
              : 0;
 }
 
+// Whether the kernel moves private anonymous pages with MREMAP_DONTUNMAP (Linux 5.7): tried
+// on a written scratch page, which must arrive with what was written. Both host
+// implementations ask once, at construction.
+inline bool can_move_private_pages() {
+  constexpr std::size_t kPage = 4096;
+  void* area =
+      ::mmap(nullptr, 2 * kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (area == MAP_FAILED) return false;
+  char* first = static_cast<char*>(area);
+  bool works = false;
+  if (::mmap(first, kPage, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) != MAP_FAILED) {
+    *static_cast<volatile char*>(first) = 'm';
+    works = move_with_page_tables(first, first + kPage, kPage) == 0 &&
+            static_cast<volatile char*>(first + kPage)[0] == 'm';
+  }
+  ::munmap(area, 2 * kPage);  // both pages, the emptied one included
+  return works;
+}
+
 }  // namespace sdalloc::detail
