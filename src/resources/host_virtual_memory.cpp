@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <ranges>
 #include <string>
 #include <utility>
 #include <vector>
@@ -397,10 +396,9 @@ void HostVirtualMemory::move(void* from, void* to, const PhysicalChunk* chunks, 
   // Back where they were, piece by piece; a piece the system will not move back either stays
   // at its new place, and the tables say so (both refusals in a row: no memory left for
   // kernel mappings at all).
-  for (const auto& piece : std::views::reverse(pieces)) {
-    if (move_mapping(at(dst, piece.first), at(src, piece.first), piece.second) != 0) {
-      stuck.push_back(piece);
-    }
+  for (std::size_t k = pieces.size(); k-- > 0;) {
+    const auto [offset, bytes] = pieces[k];
+    if (move_mapping(at(dst, offset), at(src, offset), bytes) != 0) stuck.push_back(pieces[k]);
   }
   std::size_t stuck_bytes = 0;
   {
